@@ -1,0 +1,40 @@
+// Shared helpers of the ATen layer: dtype mapping, storages of tensors, errors.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Device.h>
+
+#include "../lowering/lowering.h"
+#include "../runtime/runtime.h"
+
+namespace tpu::aten {
+
+constexpr c10::DeviceType kTpu = c10::DeviceType::PrivateUse1;
+
+// Throws TypeError naming the dtype when the device cannot hold it.
+shlo::ElemType ToElemType(c10::ScalarType t);
+c10::ScalarType ToScalarType(shlo::ElemType t);
+bool IsSupportedDtype(c10::ScalarType t);
+
+runtime::TpuStorage* StorageOf(const at::Tensor& t);
+lowering::ViewGeometry GeometryOf(const at::Tensor& t);
+
+// Current device of this thread (the device guard's state).
+c10::DeviceIndex CurrentDevice();
+void SetCurrentDevice(c10::DeviceIndex index);
+int DeviceCount() noexcept;
+// Waits for every pending computation on `device` (all devices when -1).
+void SynchronizeDevice(int device);
+
+// Runs `fn`, turning runtime errors into PyTorch exceptions (OutOfMemoryError for
+// exhausted device memory) that name `what`.
+[[noreturn]] void RethrowAsTorchError(const std::exception& e, const std::string& what);
+
+// The (seed, offset) a random op uses; advances the generator's offset by `increment`.
+std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>& gen, int device,
+                                              uint64_t increment);
+
+// Uploads raw host bytes as the whole storage of `dst` (a tpu tensor covering its storage).
+void UploadWholeStorage(runtime::TpuStorage* storage, const void* data, shlo::ElemType elem);
+
+}  // namespace tpu::aten

@@ -1,0 +1,84 @@
+// torch_tpu._C: the Python face of the C++ layers.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/device_lazy_init.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "common.h"
+#include "op_kernel.h"
+#include "../runtime/metrics.h"
+
+namespace py = pybind11;
+
+namespace tpu::aten {
+namespace {
+
+py::dict MetricsDict() {
+  auto& m = runtime::GetMetrics();
+  py::dict d;
+  d["ops_dispatched"] = m.ops_dispatched.load();
+  d["signature_cache_hits"] = m.signature_hits.load();
+  d["signature_cache_misses"] = m.signature_misses.load();
+  d["programs_compiled"] = m.programs_compiled.load();
+  d["compile_cache_hits"] = m.compile_cache_hits.load();
+  d["compile_time_s"] = m.compile_time_us.load() / 1e6;
+  d["slowest_compile_s"] = m.slowest_compile_us.load() / 1e6;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    d["slowest_compile_op"] = m.slowest_compile_op;
+  }
+  d["executions"] = m.executions.load();
+  d["host_to_device_bytes"] = m.host_to_device_bytes.load();
+  d["device_to_host_bytes"] = m.device_to_host_bytes.load();
+  d["host_syncs"] = m.host_syncs.load();
+  d["host_syncs_by_cause"] = m.syncs();
+  d["cpu_fallbacks"] = m.fallback_total.load();
+  d["cpu_fallbacks_by_op"] = m.fallbacks();
+  return d;
+}
+
+}  // namespace
+}  // namespace tpu::aten
+
+PYBIND11_MODULE(_C, m) {
+  using namespace tpu;
+  m.def("_configure", [](const std::string& plugin_path, int num_devices) {
+    runtime::Runtime::Configure({plugin_path, num_devices});
+  });
+  m.def("_register_ops", &aten::RegisterLoweredOps);
+  m.def("_initialized", &runtime::Runtime::Initialized);
+  m.def("_init", [] {
+    try {
+      runtime::Runtime::Get();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("torch_tpu: cannot start the device runtime: ") + e.what());
+    }
+  });
+  m.def("_device_count", [] { return aten::DeviceCount(); });
+  m.def("_platform", [] { return runtime::Runtime::Get().platform(); });
+  m.def("_platform_version", [] { return runtime::Runtime::Get().client().platform_version(); });
+  m.def("_plugin_path", [] { return runtime::Runtime::Get().config().plugin_path; });
+  m.def("_pjrt_api_version", [] {
+    auto& p = *runtime::Runtime::Get().client().plugin();
+    return py::make_tuple(p.api_major(), p.api_minor());
+  });
+  m.def("_device_kind", [](int index) { return runtime::Runtime::Get().client().device_kind(index); });
+  m.def("_current_device", [] { return static_cast<int>(aten::CurrentDevice()); });
+  m.def("_set_device", [](int index) { aten::SetCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_synchronize", [](int device) {
+    py::gil_scoped_release release;
+    aten::SynchronizeDevice(device);
+  });
+  m.def("_get_default_generator", [](int index) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
+        at::globalContext().defaultGenerator(c10::Device(aten::kTpu, static_cast<c10::DeviceIndex>(index)))));
+  });
+  m.def("_metrics", &aten::MetricsDict);
+  m.def("_reset_metrics", [] { runtime::GetMetrics().Reset(); });
+  m.def("_native_ops", &aten::NativeOps);
+  m.def("_lowered_ops", &lowering::RegisteredOps);
+  m.def("_compiled_programs", [] { return runtime::Runtime::Get().compiled_programs(); });
+  m.def("_storage_elem_type", [](const at::Tensor& t) {
+    auto* s = aten::StorageOf(t);
+    return std::string(s->buffer ? shlo::MlirName(s->elem) : "none");
+  });
+}

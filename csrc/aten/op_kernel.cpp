@@ -1,0 +1,774 @@
+// The one boxed kernel every lowered op runs through (DESIGN.md "One op, three ways"):
+// signature -> cached program; on a miss, Meta inference gives output types, the op's
+// lowering builds StableHLO, the runtime compiles it. Scalars are run-time parameters.
+#include "op_kernel.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common.h"
+#include "../runtime/metrics.h"
+
+namespace tpu::aten {
+
+using lowering::Arg;
+using runtime::GetMetrics;
+using runtime::Runtime;
+using runtime::TpuStorage;
+
+namespace {
+
+enum class Variant { Functional, Inplace, Out };
+
+struct OpEntry {
+  std::string name;
+  lowering::LowerFn fn = nullptr;
+  Variant variant = Variant::Functional;
+  std::optional<c10::OperatorHandle> op;
+  std::optional<c10::OperatorHandle> functional;  // Meta of this op gives the result types
+  size_t num_args = 0;
+  size_t num_outs = 0;  // trailing out= arguments
+  std::vector<int> arg_class;  // ArgClass of each schema argument
+};
+
+enum ArgClass { kPlainArg = 0, kScalarArg, kScalarListArg, kGeneratorArg };
+
+ArgClass ClassOf(const c10::Argument& a) {
+  c10::TypePtr t = a.type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  if (t->kind() == c10::TypeKind::NumberType) return kScalarArg;
+  if (t->kind() == c10::TypeKind::GeneratorType) return kGeneratorArg;
+  if (t->kind() == c10::TypeKind::ListType &&
+      t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::NumberType)
+    return kScalarListArg;
+  return kPlainArg;
+}
+
+enum Tag : int64_t {
+  kNone = 1, kTpuTensor, kCpuScalar, kScalar, kInt, kDouble, kBool, kIntList, kDoubleList, kBoolList,
+  kString, kTensorList, kGenerator, kOther, kListEnd
+};
+
+struct ParamSource {
+  enum Kind { Storage, Scalar, Rng } kind;
+  int slot = -1;          // tensor slot (Storage) or scalar slot (Scalar)
+  shlo::ElemType elem{};  // element type of the parameter
+  int64_t rng_increment = 0;
+};
+
+struct WriteTarget {
+  int slot;               // tensor slot whose storage receives the output
+  shlo::ElemType elem;    // element type of the new storage buffer
+};
+
+struct NewTensor {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+  bool defined = true;  // false for outputs masked off (e.g. output_mask of backward ops)
+};
+
+struct Program {
+  pjrt::ExecutablePtr exe;
+  bool fallback = false;
+  std::vector<ParamSource> params;
+  std::vector<NewTensor> new_tensors;   // program outputs 0..n-1
+  std::vector<WriteTarget> writes;      // program outputs n..
+  bool returns_list = false;
+};
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : v) {
+      h ^= static_cast<uint64_t>(x);
+      h *= 1099511628211ull;
+    }
+    return h;
+  }
+};
+
+std::mutex g_cache_mu;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<Program>, KeyHash> g_programs;
+
+bool StrictFallback() {
+  static bool strict = [] {
+    const char* env = std::getenv("TORCH_TPU_STRICT");
+    return env && std::strcmp(env, "0") != 0 && *env;
+  }();
+  return strict;
+}
+
+// What one call looks like, gathered once from the stack.
+struct Call {
+  std::vector<at::Tensor> slots;  // tpu tensors and CPU scalar tensors, in argument order
+  std::vector<bool> slot_is_cpu_scalar;
+  std::vector<c10::Scalar> scalars;
+  std::vector<std::optional<at::Generator>> generators;
+  std::vector<int64_t> key;
+  int device = -1;
+};
+
+std::vector<int64_t> IntsOf(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const c10::SymInt& s : v.toSymIntVector()) out.push_back(s.guard_int(__FILE__, __LINE__));
+  return out;
+}
+
+void AddTensorToKey(Call& call, const at::Tensor& t, std::vector<TpuStorage*>& seen) {
+  auto& k = call.key;
+  if (t.device().type() != kTpu) {
+    TORCH_CHECK(t.dim() == 0 && t.device().is_cpu(),
+                "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                call.device < 0 ? 0 : call.device, " and ", t.device(), "!");
+    k.push_back(kCpuScalar);
+    k.push_back(static_cast<int64_t>(t.scalar_type()));
+    call.slots.push_back(t);
+    call.slot_is_cpu_scalar.push_back(true);
+    return;
+  }
+  int dev = t.device().index();
+  if (call.device < 0) call.device = dev;
+  TORCH_CHECK(call.device == dev, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+              call.device, " and tpu:", dev, "!");
+  TpuStorage* s = StorageOf(t);
+  k.push_back(kTpuTensor);
+  k.push_back(static_cast<int64_t>(t.scalar_type()));
+  k.push_back(t.dim());
+  for (int64_t d : t.sizes()) k.push_back(d);
+  for (int64_t d : t.strides()) k.push_back(d);
+  k.push_back(t.storage_offset());
+  k.push_back(static_cast<int64_t>(s->nbytes));
+  k.push_back(s->buffer ? static_cast<int64_t>(s->elem) : -1);
+  int64_t alias = -1;
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (seen[i] == s) alias = static_cast<int64_t>(i);
+  k.push_back(alias);
+  seen.push_back(s);
+  call.slots.push_back(t);
+  call.slot_is_cpu_scalar.push_back(false);
+}
+
+void AddScalarToKey(Call& call, const c10::Scalar& s) {
+  call.key.push_back(kScalar);
+  call.key.push_back(s.isFloatingPoint() ? 1 : s.isIntegral(false) ? 2 : s.isBoolean() ? 3 : 4);
+  call.scalars.push_back(s);
+}
+
+// Builds the signature and collects tensors, scalars and generators of the call.
+void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first, Call& call) {
+  std::vector<TpuStorage*> seen;
+  call.key.reserve(64);
+  call.key.push_back(reinterpret_cast<int64_t>(&e));
+  for (size_t i = 0; i < e.num_args; ++i) {
+    const c10::IValue& v = stack[first + i];
+    auto& k = call.key;
+    if (v.isNone() && e.arg_class[i] != kGeneratorArg) {
+      k.push_back(kNone);
+    } else if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) k.push_back(kNone);
+      else AddTensorToKey(call, t, seen);
+    } else if (e.arg_class[i] == kGeneratorArg) {
+      k.push_back(kGenerator);
+      call.generators.push_back(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()));
+      continue;
+    } else if (e.arg_class[i] == kScalarArg) {
+      AddScalarToKey(call, v.toScalar());
+    } else if (v.isInt() || v.isSymInt()) {
+      k.push_back(kInt);
+      k.push_back(v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__));
+    } else if (v.isDouble()) {
+      k.push_back(kDouble);
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, 8);
+      k.push_back(bits);
+    } else if (v.isBool()) {
+      k.push_back(kBool);
+      k.push_back(v.toBool());
+    } else if (v.isIntList() || v.isSymIntList()) {
+      k.push_back(kIntList);
+      auto list = IntsOf(v);
+      k.push_back(static_cast<int64_t>(list.size()));
+      for (int64_t x : list) k.push_back(x);
+    } else if (v.isDoubleList()) {
+      k.push_back(kDoubleList);
+      for (double d : v.toDoubleVector()) {
+        int64_t bits;
+        std::memcpy(&bits, &d, 8);
+        k.push_back(bits);
+      }
+      k.push_back(kListEnd);
+    } else if (v.isBoolList()) {
+      k.push_back(kBoolList);
+      for (bool b : v.toBoolList()) k.push_back(b);
+      k.push_back(kListEnd);
+    } else if (v.isString()) {
+      k.push_back(kString);
+      for (char c : v.toStringRef()) k.push_back(c);
+      k.push_back(kListEnd);
+    } else if (v.isTensorList() || v.isOptionalTensorList()) {
+      k.push_back(kTensorList);
+      for (const c10::IValue& item : v.toListRef()) {
+        if (item.isNone() || !item.toTensor().defined()) k.push_back(kNone);
+        else AddTensorToKey(call, item.toTensor(), seen);
+      }
+      k.push_back(kListEnd);
+    } else if (e.arg_class[i] == kScalarListArg) {
+      // Scalar[] (foreach ops): run-time scalars.
+      k.push_back(kOther);
+      for (const c10::IValue& item : v.toListRef()) AddScalarToKey(call, item.toScalar());
+      k.push_back(kListEnd);
+    } else {
+      k.push_back(kOther);
+    }
+  }
+}
+
+at::Tensor ToMeta(const at::Tensor& t) {
+  if (t.device().type() != kTpu) return t;
+  int64_t storage_numel = static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size());
+  auto base = at::empty({storage_numel}, t.options().device(at::kMeta));
+  return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+c10::IValue ToMetaValue(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() ? c10::IValue(ToMeta(v.toTensor())) : v;
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(ToMeta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& item : v.toListRef()) {
+      if (item.isNone()) out.push_back(std::nullopt);
+      else out.push_back(ToMeta(item.toTensor()));
+    }
+    return out;
+  }
+  if (v.isDevice()) return c10::Device(at::kMeta);
+  if (v.isGenerator()) return c10::IValue();
+  return v;
+}
+
+// Runs `op` over meta copies of the first `n` stack arguments; returns the meta stack after.
+torch::jit::Stack RunMeta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t n) {
+  torch::jit::Stack meta;
+  meta.reserve(n);
+  for (size_t i = 0; i < n; ++i) meta.push_back(ToMetaValue(stack[first + i]));
+  op.callBoxed(meta);
+  return meta;
+}
+
+std::vector<at::Tensor> TensorsOf(const torch::jit::Stack& results) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : results) {
+    if (v.isTensor()) out.push_back(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) out.push_back(t);
+  }
+  return out;
+}
+
+bool IsDense(at::IntArrayRef sizes, at::IntArrayRef strides) {
+  std::vector<int64_t> perm(sizes.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
+    if (sizes[*it] != 1 && strides[*it] != expected) return false;
+    expected *= sizes[*it];
+  }
+  return true;
+}
+
+shlo::TensorType TypeOf(const at::Tensor& t) { return {ToElemType(t.scalar_type()), t.sizes().vec()}; }
+
+// Builds and compiles the program for one signature.
+std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack, size_t first, const Call& call) {
+  auto program = std::make_shared<Program>();
+  // Meta inference: validation of the exact variant, result types from the functional op.
+  torch::jit::Stack variant_meta;
+  if (e.variant != Variant::Functional) variant_meta = RunMeta(*e.op, stack, first, e.num_args);
+  std::vector<at::Tensor> result_meta;
+  size_t num_inputs = e.num_args - e.num_outs;
+  if (e.functional) {
+    auto fm = RunMeta(*e.functional, stack, first, num_inputs);
+    program->returns_list = !fm.empty() && fm[0].isTensorList();
+    result_meta = TensorsOf(fm);
+  } else if (e.variant == Variant::Inplace) {
+    result_meta.push_back(variant_meta[0].toTensor());
+  } else {
+    for (size_t i = num_inputs; i < e.num_args; ++i) result_meta.push_back(variant_meta[i].toTensor());
+  }
+
+  // PyTorch's promotion over the inputs (not the out= tensors).
+  at::native::ResultTypeState state;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor() && v.toTensor().defined()) state = at::native::update_result_type_state(v.toTensor(), state);
+  }
+  for (const c10::Scalar& s : call.scalars) state = at::native::update_result_type_state(s, state);
+  at::ScalarType common = at::native::result_type(state);
+  shlo::ElemType common_elem = common == at::ScalarType::Undefined ? shlo::ElemType::F32
+                               : IsSupportedDtype(common)          ? ToElemType(common)
+                                                                   : shlo::ElemType::F32;
+
+  shlo::Builder b;
+  lowering::Ctx ctx{b, {}, common_elem};
+  for (const at::Tensor& m : result_meta) {
+    if (!m.defined()) {
+      ctx.outputs.push_back({shlo::ElemType::F32, {}});
+      continue;
+    }
+    if (!IsSupportedDtype(m.scalar_type())) {
+      program->fallback = true;
+      return program;
+    }
+    ctx.outputs.push_back(TypeOf(m));
+  }
+
+  // Parameters: one per distinct storage read, then run-time scalars and RNG states.
+  std::unordered_map<TpuStorage*, shlo::Value> storage_values;
+  std::vector<shlo::Value> slot_values(call.slots.size());
+  size_t out_slot_begin = call.slots.size();
+  if (e.variant == Variant::Out) {
+    size_t count = 0;
+    for (size_t i = num_inputs; i < e.num_args; ++i) count += stack[first + i].isTensor() ? 1 : 0;
+    out_slot_begin = call.slots.size() - count;
+  }
+  auto storage_value = [&](size_t slot) -> shlo::Value {
+    const at::Tensor& t = call.slots[slot];
+    TpuStorage* s = StorageOf(t);
+    auto it = storage_values.find(s);
+    if (it != storage_values.end()) return it->second;
+    shlo::ElemType elem = s->buffer ? s->elem : ToElemType(t.scalar_type());
+    program->params.push_back({ParamSource::Storage, static_cast<int>(slot), elem});
+    shlo::Value v = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
+    storage_values[s] = v;
+    return v;
+  };
+  size_t scalar_index = 0;
+  for (size_t slot = 0; slot < out_slot_begin; ++slot) {
+    const at::Tensor& t = call.slots[slot];
+    if (call.slot_is_cpu_scalar[slot]) {
+      at::ScalarType st = common != at::ScalarType::Undefined ? common : t.scalar_type();
+      program->params.push_back({ParamSource::Scalar, static_cast<int>(slot), ToElemType(st)});
+      slot_values[slot] = b.Param({ToElemType(st), {}});
+      continue;
+    }
+    shlo::Value storage = storage_value(slot);
+    shlo::ElemType want = ToElemType(t.scalar_type());
+    if (storage.type.elem != want) {
+      if (shlo::ByteSize(storage.type.elem) != shlo::ByteSize(want))
+        throw lowering::Unsupported("storage reinterpreted with another element size");
+      storage = b.BitcastConvert(storage, {want, storage.type.dims});
+    }
+    slot_values[slot] = lowering::ReadView(b, storage, GeometryOf(t));
+  }
+  std::vector<shlo::Value> scalar_values;
+  for (const c10::Scalar& s : call.scalars) {
+    if (s.isComplex()) throw lowering::Unsupported("complex scalar");
+    at::ScalarType st = common != at::ScalarType::Undefined ? common : s.type();
+    if (!IsSupportedDtype(st)) throw lowering::Unsupported("scalar dtype");
+    program->params.push_back({ParamSource::Scalar, -1 - static_cast<int>(scalar_index++), ToElemType(st)});
+    scalar_values.push_back(b.Param({ToElemType(st), {}}));
+  }
+  int64_t total_out = 0;
+  for (const auto& t : ctx.outputs) total_out += t.numel();
+  std::vector<shlo::Value> rng_values;
+  for (size_t g = 0; g < call.generators.size(); ++g) {
+    program->params.push_back({ParamSource::Rng, static_cast<int>(g), shlo::ElemType::U64, total_out});
+    rng_values.push_back(b.Param({shlo::ElemType::U64, {2}}));
+  }
+
+  // Lowering arguments in schema order (out= arguments excluded).
+  std::vector<Arg> args(num_inputs);
+  size_t slot = 0, scalar_i = 0, gen_i = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const c10::IValue& v = stack[first + i];
+    Arg& a = args[i];
+    if (e.arg_class[i] == kGeneratorArg) {
+      a.kind = Arg::Kind::Tensor;
+      a.value = rng_values[gen_i++];
+    } else if (v.isNone()) {
+      a.kind = Arg::Kind::None;
+    } else if (v.isTensor()) {
+      if (v.toTensor().defined()) {
+        a.kind = Arg::Kind::Tensor;
+        a.value = slot_values[slot++];
+      }
+    } else if (e.arg_class[i] == kScalarArg) {
+      a.kind = Arg::Kind::Tensor;
+      a.value = scalar_values[scalar_i++];
+    } else if (v.isInt() || v.isSymInt()) {
+      a.kind = Arg::Kind::Int;
+      a.i = v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
+    } else if (v.isDouble()) {
+      a.kind = Arg::Kind::Double;
+      a.d = v.toDouble();
+    } else if (v.isBool()) {
+      a.kind = Arg::Kind::Bool;
+      a.b = v.toBool();
+    } else if (v.isIntList() || v.isSymIntList()) {
+      a.kind = Arg::Kind::IntList;
+      a.ints = IntsOf(v);
+    } else if (v.isDoubleList()) {
+      a.kind = Arg::Kind::DoubleList;
+      a.doubles = v.toDoubleVector();
+    } else if (v.isBoolList()) {
+      a.kind = Arg::Kind::BoolList;
+      for (bool x : v.toBoolList()) a.ints.push_back(x);
+    } else if (v.isString()) {
+      a.kind = Arg::Kind::String;
+      a.s = v.toStringRef();
+    } else if (v.isTensorList() || v.isOptionalTensorList()) {
+      a.kind = Arg::Kind::TensorList;
+      for (const c10::IValue& item : v.toListRef()) {
+        if (item.isNone() || !item.toTensor().defined()) a.values.push_back({});
+        else a.values.push_back(slot_values[slot++]);
+      }
+    } else if (e.arg_class[i] == kScalarListArg) {
+      a.kind = Arg::Kind::TensorList;
+      for (size_t j = 0; j < v.toListRef().size(); ++j) a.values.push_back(scalar_values[scalar_i++]);
+    }
+  }
+
+  std::vector<shlo::Value> results = e.fn(ctx, lowering::Args(args));
+  TORCH_CHECK(results.size() == ctx.outputs.size(), "tpu: lowering of ", e.name, " returned ", results.size(),
+              " results, expected ", ctx.outputs.size());
+
+  std::vector<shlo::Value> outputs;
+  if (e.variant == Variant::Functional) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      const at::Tensor& m = result_meta[i];
+      if (!m.defined()) {
+        program->new_tensors.push_back({{}, {}, at::kFloat, false});
+        continue;
+      }
+      shlo::Value v = lowering::CastTo(ctx, results[i], ctx.outputs[i]);
+      std::vector<int64_t> strides = m.strides().vec();
+      if (!IsDense(m.sizes(), m.strides())) {
+        auto contiguous = c10::contiguous_strides(m.sizes());
+        strides.assign(contiguous.begin(), contiguous.end());
+      }
+      outputs.push_back(lowering::LayOut(b, v, strides));
+      program->new_tensors.push_back({m.sizes().vec(), strides, m.scalar_type()});
+    }
+  } else {
+    std::vector<size_t> targets;
+    if (e.variant == Variant::Inplace) targets.push_back(0);
+    else for (size_t s = out_slot_begin; s < call.slots.size(); ++s) targets.push_back(s);
+    TORCH_CHECK(targets.size() == results.size(), "tpu: ", e.name, ": ", results.size(), " results for ",
+                targets.size(), " outputs");
+    std::vector<TpuStorage*> written;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const at::Tensor& t = call.slots[targets[i]];
+      shlo::Value v = lowering::CastTo(ctx, results[i], TypeOf(t));
+      auto g = GeometryOf(t);
+      TpuStorage* s = StorageOf(t);
+      shlo::Value updated;
+      if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
+        updated = b.Reshape(v, {g.storage_numel});
+      } else {
+        shlo::Value base = storage_value(targets[i]);
+        if (base.type.elem != v.type.elem) {
+          if (shlo::ByteSize(base.type.elem) != shlo::ByteSize(v.type.elem))
+            throw lowering::Unsupported("write into storage of another element size");
+          v = b.BitcastConvert(v, {base.type.elem, v.type.dims});
+        }
+        g.storage_numel = base.type.dims[0];
+        updated = lowering::WriteView(b, base, g, v);
+      }
+      storage_values[s] = updated;
+      bool found = false;
+      for (size_t w = 0; w < written.size(); ++w) {
+        if (written[w] == s) {
+          outputs[w] = updated;
+          program->writes[w].elem = updated.type.elem;
+          found = true;
+        }
+      }
+      if (!found) {
+        written.push_back(s);
+        outputs.push_back(updated);
+        program->writes.push_back({static_cast<int>(targets[i]), updated.type.elem});
+      }
+    }
+  }
+  program->exe = Runtime::Get().Compile(b.Module(outputs), e.name);
+  return program;
+}
+
+pjrt::BufferPtr UploadScalar(const at::Tensor& cpu_value, shlo::ElemType elem, int device) {
+  at::Tensor v = cpu_value.to(ToScalarType(elem));
+  return Runtime::Get().client().FromHost(v.data_ptr(), runtime::ToPjrt(elem), {}, device);
+}
+
+void Execute(const OpEntry& e, const Program& p, torch::jit::Stack* stack, size_t first, Call& call) {
+  Runtime& rt = Runtime::Get();
+  int device = call.device < 0 ? CurrentDevice() : call.device;
+  std::vector<pjrt::BufferPtr> keep;
+  std::vector<PJRT_Buffer*> raw;
+  keep.reserve(p.params.size());
+  for (const ParamSource& src : p.params) {
+    pjrt::BufferPtr buf;
+    if (src.kind == ParamSource::Storage) {
+      buf = StorageOf(call.slots[src.slot])->Materialize(src.elem);
+    } else if (src.kind == ParamSource::Scalar) {
+      if (src.slot >= 0) {
+        buf = UploadScalar(call.slots[src.slot], src.elem, device);
+      } else {
+        const c10::Scalar& s = call.scalars[-1 - src.slot];
+        buf = UploadScalar(at::scalar_tensor(s, at::TensorOptions().dtype(s.type())), src.elem, device);
+      }
+    } else {
+      auto [seed, offset] = NextPhiloxState(call.generators[src.slot], device, src.rng_increment);
+      uint64_t state[2] = {seed, offset};
+      buf = rt.client().FromHost(state, PJRT_Buffer_Type_U64, {2}, device);
+    }
+    raw.push_back(buf->raw());
+    keep.push_back(std::move(buf));
+  }
+  std::vector<pjrt::BufferPtr> outs = p.exe->Execute(rt.client().device(device), raw);
+  GetMetrics().executions++;
+
+  std::vector<at::Tensor> fresh;
+  size_t next = 0;
+  for (const NewTensor& nt : p.new_tensors) {
+    if (!nt.defined) {
+      fresh.emplace_back();
+      continue;
+    }
+    c10::DeviceGuard guard(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
+    at::Tensor t = at::empty_strided(nt.sizes, nt.strides, at::TensorOptions().dtype(nt.dtype).device(kTpu, device));
+    StorageOf(t)->Assign(outs[next++], ToElemType(nt.dtype));
+    fresh.push_back(std::move(t));
+  }
+  for (size_t w = 0; w < p.writes.size(); ++w) {
+    StorageOf(call.slots[p.writes[w].slot])->Assign(outs[next + w], p.writes[w].elem);
+  }
+
+  // Replace the arguments with the results, as the schema returns them.
+  if (e.variant == Variant::Functional) {
+    torch::jit::drop(*stack, e.num_args);
+    if (p.returns_list) {
+      stack->emplace_back(c10::List<at::Tensor>(fresh));
+    } else {
+      for (auto& t : fresh) stack->emplace_back(std::move(t));
+    }
+  } else if (e.variant == Variant::Inplace) {
+    c10::IValue self = (*stack)[first];
+    torch::jit::drop(*stack, e.num_args);
+    stack->push_back(std::move(self));
+  } else {
+    std::vector<c10::IValue> outs_iv((*stack).begin() + first + (e.num_args - e.num_outs),
+                                     (*stack).begin() + first + e.num_args);
+    torch::jit::drop(*stack, e.num_args);
+    size_t returns = e.op->schema().returns().size();
+    for (size_t i = 0; i < std::min(returns, outs_iv.size()); ++i) stack->push_back(outs_iv[i]);
+  }
+}
+
+// Resizes out= tensors as PyTorch's resize_output does (with its warning). True if any changed.
+bool ResizeOuts(const OpEntry& e, torch::jit::Stack* stack, size_t first) {
+  auto meta = RunMeta(*e.op, *stack, first, e.num_args);
+  bool changed = false;
+  for (size_t i = e.num_args - e.num_outs; i < e.num_args; ++i) {
+    if (!(*stack)[first + i].isTensor()) continue;
+    at::Tensor out = (*stack)[first + i].toTensor();
+    const at::Tensor& m = meta[i].toTensor();
+    if (out.sizes() != m.sizes()) {
+      at::native::resize_output(out, m.sizes());
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+class GenericKernel final : public c10::OperatorKernel {
+ public:
+  explicit GenericKernel(std::shared_ptr<OpEntry> entry) : e_(std::move(entry)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    GetMetrics().ops_dispatched++;
+    size_t first = stack->size() - e_->num_args;
+    Call call;
+    CollectCall(*e_, *stack, first, call);
+    std::shared_ptr<Program> program;
+    {
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      auto it = g_programs.find(call.key);
+      if (it != g_programs.end()) program = it->second;
+    }
+    if (program) {
+      GetMetrics().signature_hits++;
+    } else {
+      GetMetrics().signature_misses++;
+      if (e_->variant == Variant::Out && e_->num_outs > 0 && ResizeOuts(*e_, stack, first)) {
+        return (*this)(op, {}, stack);  // out= tensors changed shape: new signature
+      }
+      try {
+        program = BuildProgram(*e_, *stack, first, call);
+      } catch (const lowering::Unsupported&) {
+        program = std::make_shared<Program>();
+        program->fallback = true;
+      } catch (const c10::Error&) {
+        throw;
+      } catch (const std::exception& ex) {
+        RethrowAsTorchError(ex, e_->name);
+      }
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      g_programs[call.key] = program;
+    }
+    if (program->fallback) {
+      CpuFallback(op, stack);
+      return;
+    }
+    try {
+      Execute(*e_, *program, stack, first, call);
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& ex) {
+      RethrowAsTorchError(ex, e_->name);
+    }
+  }
+
+ private:
+  std::shared_ptr<OpEntry> e_;
+};
+
+size_t CountOuts(const c10::FunctionSchema& schema) {
+  size_t n = 0;
+  for (const auto& a : schema.arguments())
+    if (a.is_out()) n++;
+  return n;
+}
+
+bool SameInputs(const c10::FunctionSchema& functional, const c10::FunctionSchema& other, size_t n) {
+  const auto& fa = functional.arguments();
+  const auto& oa = other.arguments();
+  if (fa.size() != n || oa.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (fa[i].name() != oa[i].name() || fa[i].type()->str() != oa[i].type()->str()) return false;
+  }
+  return true;
+}
+
+std::vector<std::string>& NativeOpNames() {
+  static std::vector<std::string> names;
+  return names;
+}
+
+}  // namespace
+
+void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = c10::toString(op.operator_name());
+  TORCH_CHECK(!StrictFallback(), "tpu: ", name,
+              " has no native tpu kernel and TORCH_TPU_STRICT=1 forbids running it on the CPU");
+  static std::mutex mu;
+  static std::unordered_set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(name).second) {
+      TORCH_WARN("tpu: ", name, " has no native tpu kernel; it runs on the CPU (slow). ",
+                 "Set TORCH_TPU_STRICT=1 to make this an error.");
+    }
+  }
+  GetMetrics().CountFallback(name);
+  at::native::cpu_fallback(op, stack, false, c10::DispatchKey::CPU);
+}
+
+std::vector<std::string> NativeOps() { return NativeOpNames(); }
+
+void RegisterLoweredOps() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  static auto* tpu_lib =
+      new torch::Library(torch::Library::IMPL, "torch_tpu", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::unordered_map<std::string, std::vector<c10::OperatorName>> overloads;
+  for (const c10::OperatorName& n : dispatcher.getAllOpNames()) overloads[n.name].push_back(n);
+
+  auto add = [&](std::shared_ptr<OpEntry> entry) {
+    const auto& on = entry->op->operator_name();
+    std::string qualified = on.overload_name.empty() ? on.name : on.name + "." + on.overload_name;
+    std::string unqualified = qualified.substr(qualified.find("::") + 2);
+    torch::Library* target = on.name.rfind("aten::", 0) == 0 ? lib : tpu_lib;
+    target->impl(unqualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<GenericKernel>(entry)));
+    NativeOpNames().push_back(qualified);
+  };
+
+  for (const std::string& name : lowering::RegisteredOps()) {
+    auto dot = name.find('.');
+    c10::OperatorName on(name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
+    auto handle = dispatcher.findOp(on);
+    if (!handle) continue;  // an op this PyTorch version does not have
+    const auto& schema = handle->schema();
+    auto entry = std::make_shared<OpEntry>();
+    entry->name = name;
+    entry->fn = lowering::Find(name);
+    entry->op = *handle;
+    entry->num_args = schema.arguments().size();
+    entry->num_outs = CountOuts(schema);
+    for (const auto& a : schema.arguments()) entry->arg_class.push_back(ClassOf(a));
+    if (entry->num_outs > 0) {
+      entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
+      add(entry);
+      continue;
+    }
+    const auto& first_arg = schema.arguments().empty() ? nullptr : &schema.arguments()[0];
+    if (first_arg && first_arg->alias_info() && first_arg->alias_info()->isWrite()) {
+      entry->variant = Variant::Inplace;  // lowered directly as an in-place op (random fills)
+      add(entry);
+      continue;
+    }
+    entry->functional = *handle;
+    add(entry);
+    // In-place twin: same overload of "name_".
+    auto inplace = dispatcher.findOp(c10::OperatorName(on.name + "_", on.overload_name));
+    if (inplace && inplace->schema().arguments().size() == entry->num_args && !lowering::Find(
+            on.name + "_" + (on.overload_name.empty() ? "" : "." + on.overload_name))) {
+      auto ie = std::make_shared<OpEntry>(*entry);
+      ie->name = on.name + "_." + on.overload_name;
+      ie->variant = Variant::Inplace;
+      ie->op = *inplace;
+      ie->arg_class.clear();
+      for (const auto& a : inplace->schema().arguments()) ie->arg_class.push_back(ClassOf(a));
+      add(ie);
+    }
+    // out= twins: overloads of the same name whose inputs match and that end in out args.
+    for (const c10::OperatorName& other : overloads[on.name]) {
+      if (other.overload_name == on.overload_name) continue;
+      auto oh = dispatcher.findOp(other);
+      if (!oh) continue;
+      size_t outs = CountOuts(oh->schema());
+      if (outs == 0 || oh->schema().arguments().size() != entry->num_args + outs) continue;
+      if (!SameInputs(schema, oh->schema(), entry->num_args)) continue;
+      std::string other_name = other.name + "." + other.overload_name;
+      if (lowering::Find(other_name)) continue;
+      auto oe = std::make_shared<OpEntry>(*entry);
+      oe->name = other_name;
+      oe->variant = Variant::Out;
+      oe->op = *oh;
+      oe->num_args = oh->schema().arguments().size();
+      oe->num_outs = outs;
+      oe->arg_class.clear();
+      for (const auto& a : oh->schema().arguments()) oe->arg_class.push_back(ClassOf(a));
+      add(oe);
+    }
+  }
+}
+
+}  // namespace tpu::aten

@@ -1,0 +1,507 @@
+// Elementwise ops: one generic rule per family (unary, binary arithmetic, compare, logical),
+// parameterised by the StableHLO op. Operands are converted to the computation type and
+// broadcast to the output shape first (rule 6).
+#include <cmath>
+
+#include "lowering.h"
+
+namespace tpu::lowering {
+namespace {
+
+Value Apply(Ctx& ctx, const char* op, Value x) { return ctx.b.Op1(op, {x}, x.type); }
+Value Apply(Ctx& ctx, const char* op, Value x, Value y) { return ctx.b.Op1(op, {x, y}, x.type); }
+Value Const(Ctx& ctx, double v, const Value& like) { return ctx.b.Constant(v, like.type); }
+Value Mul(Ctx& ctx, Value x, Value y) { return Apply(ctx, "stablehlo.multiply", x, y); }
+Value Add(Ctx& ctx, Value x, Value y) { return Apply(ctx, "stablehlo.add", x, y); }
+Value Sub(Ctx& ctx, Value x, Value y) { return Apply(ctx, "stablehlo.subtract", x, y); }
+Value Div(Ctx& ctx, Value x, Value y) { return Apply(ctx, "stablehlo.divide", x, y); }
+Value IsNan(Ctx& ctx, Value x) { return ctx.b.Compare(Cmp::NE, x, x); }
+
+// Half types compute in f32, as PyTorch's CPU kernels do (opmath), then round once.
+TensorType ComputeType(const TensorType& out) { return {AccumulatorType(out.elem), out.dims}; }
+
+// x converted and broadcast to the computation type of output `i`.
+Value Operand(Ctx& ctx, const Args& a, size_t arg, size_t out = 0) {
+  return CastTo(ctx, a.tensor(arg), ComputeType(ctx.out(out)));
+}
+
+std::vector<Value> Result(Ctx& ctx, Value v, size_t out = 0) { return {ConvertTo(ctx, v, ctx.out(out).elem)}; }
+
+// ---- unary: out = op(x) ----
+template <const char* Op>
+std::vector<Value> LowerUnary(Ctx& ctx, const Args& a) {
+  return Result(ctx, Apply(ctx, Op, Operand(ctx, a, 0)));
+}
+
+constexpr char kAbs[] = "stablehlo.abs";
+constexpr char kNeg[] = "stablehlo.negate";
+constexpr char kExp[] = "stablehlo.exponential";
+constexpr char kExpm1[] = "stablehlo.exponential_minus_one";
+constexpr char kLog[] = "stablehlo.log";
+constexpr char kLog1p[] = "stablehlo.log_plus_one";
+constexpr char kSqrt[] = "stablehlo.sqrt";
+constexpr char kRsqrt[] = "stablehlo.rsqrt";
+constexpr char kSin[] = "stablehlo.sine";
+constexpr char kCos[] = "stablehlo.cosine";
+constexpr char kTan[] = "chlo.tan";
+constexpr char kTanh[] = "stablehlo.tanh";
+constexpr char kSigmoid[] = "stablehlo.logistic";
+constexpr char kErf[] = "chlo.erf";
+constexpr char kFloor[] = "stablehlo.floor";
+constexpr char kCeil[] = "stablehlo.ceil";
+constexpr char kRound[] = "stablehlo.round_nearest_even";  // PyTorch rounds half to even
+constexpr char kSign[] = "stablehlo.sign";
+constexpr char kAsin[] = "chlo.asin";
+constexpr char kAcos[] = "chlo.acos";
+constexpr char kAtan[] = "chlo.atan";
+constexpr char kSinh[] = "chlo.sinh";
+constexpr char kCosh[] = "chlo.cosh";
+constexpr char kAsinh[] = "chlo.asinh";
+constexpr char kAcosh[] = "chlo.acosh";
+constexpr char kAtanh[] = "chlo.atanh";
+constexpr char kErfInv[] = "chlo.erf_inv";
+constexpr char kLgamma[] = "chlo.lgamma";
+constexpr char kDigamma[] = "chlo.digamma";
+constexpr char kNot[] = "stablehlo.not";
+
+// Integer abs/neg/sign keep the integer type (no opmath).
+template <const char* Op>
+std::vector<Value> LowerUnaryKeepType(Ctx& ctx, const Args& a) {
+  if (IsFloat(ctx.out().elem)) return LowerUnary<Op>(ctx, a);
+  return {Apply(ctx, Op, CastTo(ctx, a.tensor(0), ctx.out()))};
+}
+
+// trunc(x) = sign(x) * floor(|x|); integers are already whole.
+std::vector<Value> LowerTrunc(Ctx& ctx, const Args& a) {
+  if (!IsFloat(ctx.out().elem)) return {CastTo(ctx, a.tensor(0), ctx.out())};
+  Value x = Operand(ctx, a, 0);
+  return Result(ctx, Mul(ctx, Apply(ctx, kSign, x), Apply(ctx, kFloor, Apply(ctx, kAbs, x))));
+}
+
+// Rounding ops are the identity on integers.
+template <const char* Op>
+std::vector<Value> LowerRounding(Ctx& ctx, const Args& a) {
+  if (!IsFloat(ctx.out().elem)) return {CastTo(ctx, a.tensor(0), ctx.out())};
+  return LowerUnary<Op>(ctx, a);
+}
+
+std::vector<Value> LowerReciprocal(Ctx& ctx, const Args& a) {
+  Value x = Operand(ctx, a, 0);
+  return Result(ctx, Div(ctx, Const(ctx, 1, x), x));
+}
+
+std::vector<Value> LowerRelu(Ctx& ctx, const Args& a) {
+  Value x = CastTo(ctx, a.tensor(0), ctx.out());
+  // maximum propagates NaN, as PyTorch's relu does.
+  return {Apply(ctx, "stablehlo.maximum", x, Const(ctx, 0, x))};
+}
+
+std::vector<Value> LowerSilu(Ctx& ctx, const Args& a) {
+  Value x = Operand(ctx, a, 0);
+  return Result(ctx, Mul(ctx, x, Apply(ctx, kSigmoid, x)));
+}
+
+// gelu(x) = x/2 * (1 + erf(x/sqrt 2)); approximate="tanh": x/2 * (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+std::vector<Value> LowerGelu(Ctx& ctx, const Args& a) {
+  Value x = Operand(ctx, a, 0);
+  Value half_x = Mul(ctx, x, Const(ctx, 0.5, x));
+  Value inner;
+  if (a.str_or(1, "none") == "tanh") {
+    Value cube = Mul(ctx, Mul(ctx, x, x), x);
+    Value u = Mul(ctx, Const(ctx, std::sqrt(2.0 / M_PI), x), Add(ctx, x, Mul(ctx, Const(ctx, 0.044715, x), cube)));
+    inner = Apply(ctx, kTanh, u);
+  } else {
+    inner = Apply(ctx, kErf, Mul(ctx, x, Const(ctx, M_SQRT1_2, x)));
+  }
+  return Result(ctx, Mul(ctx, half_x, Add(ctx, Const(ctx, 1, x), inner)));
+}
+
+std::vector<Value> LowerGeluBackward(Ctx& ctx, const Args& a) {
+  Value g = Operand(ctx, a, 0), x = Operand(ctx, a, 1);
+  Value one = Const(ctx, 1, x), half = Const(ctx, 0.5, x);
+  if (a.str_or(2, "none") == "tanh") {
+    Value k = Const(ctx, std::sqrt(2.0 / M_PI), x), c = Const(ctx, 0.044715, x);
+    Value x2 = Mul(ctx, x, x);
+    Value t = Apply(ctx, kTanh, Mul(ctx, k, Add(ctx, x, Mul(ctx, c, Mul(ctx, x2, x)))));
+    Value dinner = Mul(ctx, k, Add(ctx, one, Mul(ctx, Const(ctx, 3 * 0.044715, x), x2)));
+    Value left = Mul(ctx, half, Add(ctx, one, t));
+    Value right = Mul(ctx, Mul(ctx, half, x), Mul(ctx, Sub(ctx, one, Mul(ctx, t, t)), dinner));
+    return Result(ctx, Mul(ctx, g, Add(ctx, left, right)));
+  }
+  Value cdf = Mul(ctx, half, Add(ctx, one, Apply(ctx, kErf, Mul(ctx, x, Const(ctx, M_SQRT1_2, x)))));
+  Value pdf = Mul(ctx, Const(ctx, 0.5 * M_2_SQRTPI * M_SQRT1_2, x),
+                  Apply(ctx, kExp, Mul(ctx, Const(ctx, -0.5, x), Mul(ctx, x, x))));
+  return Result(ctx, Mul(ctx, g, Add(ctx, cdf, Mul(ctx, x, pdf))));
+}
+
+std::vector<Value> LowerSiluBackward(Ctx& ctx, const Args& a) {
+  Value g = Operand(ctx, a, 0), x = Operand(ctx, a, 1);
+  Value s = Apply(ctx, kSigmoid, x), one = Const(ctx, 1, x);
+  return Result(ctx, Mul(ctx, g, Mul(ctx, s, Add(ctx, one, Mul(ctx, x, Sub(ctx, one, s))))));
+}
+
+std::vector<Value> LowerSigmoidBackward(Ctx& ctx, const Args& a) {
+  Value g = Operand(ctx, a, 0), y = Operand(ctx, a, 1);
+  return Result(ctx, Mul(ctx, g, Mul(ctx, y, Sub(ctx, Const(ctx, 1, y), y))));
+}
+
+std::vector<Value> LowerTanhBackward(Ctx& ctx, const Args& a) {
+  Value g = Operand(ctx, a, 0), y = Operand(ctx, a, 1);
+  return Result(ctx, Mul(ctx, g, Sub(ctx, Const(ctx, 1, y), Mul(ctx, y, y))));
+}
+
+// threshold_backward(g, x, t) = x <= t ? 0 : g
+std::vector<Value> LowerThresholdBackward(Ctx& ctx, const Args& a) {
+  Value g = CastTo(ctx, a.tensor(0), ctx.out());
+  Value x = CastTo(ctx, a.tensor(1), ctx.out());
+  Value t = CastTo(ctx, a.tensor(2), ctx.out());
+  return {ctx.b.Select(ctx.b.Compare(Cmp::LE, x, t), Const(ctx, 0, g), g)};
+}
+
+// threshold(x, t, v) = x <= t ? v : x
+std::vector<Value> LowerThreshold(Ctx& ctx, const Args& a) {
+  Value x = CastTo(ctx, a.tensor(0), ctx.out());
+  Value t = CastTo(ctx, a.tensor(1), ctx.out());
+  Value v = CastTo(ctx, a.tensor(2), ctx.out());
+  return {ctx.b.Select(ctx.b.Compare(Cmp::LE, x, t), v, x)};
+}
+
+// ---- binary arithmetic: out = op(a, b) in the output type ----
+// add/sub take alpha: out = a op alpha * b. On bool, add is logical or.
+template <const char* Op>
+std::vector<Value> LowerAddSub(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  if (!a.is_none(2)) y = Mul(ctx, y, CastTo(ctx, a.tensor(2), t));
+  return {Apply(ctx, Op, x, y)};
+}
+
+template <const char* Op>
+std::vector<Value> LowerBinary(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  return Result(ctx, Apply(ctx, Op, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t)));
+}
+
+// Reversed: rsub(a, b, alpha) = b - alpha * a.
+std::vector<Value> LowerRsub(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  if (!a.is_none(2)) x = Mul(ctx, x, CastTo(ctx, a.tensor(2), t));
+  return {Sub(ctx, y, x)};
+}
+
+constexpr char kAdd[] = "stablehlo.add";
+constexpr char kSub[] = "stablehlo.subtract";
+constexpr char kMul[] = "stablehlo.multiply";
+constexpr char kDiv[] = "stablehlo.divide";
+constexpr char kPow[] = "stablehlo.power";
+constexpr char kAtan2[] = "stablehlo.atan2";
+constexpr char kAnd[] = "stablehlo.and";
+constexpr char kOr[] = "stablehlo.or";
+constexpr char kXor[] = "stablehlo.xor";
+
+// mul on bool is logical and (stablehlo.multiply rejects i1).
+std::vector<Value> LowerMul(Ctx& ctx, const Args& a) {
+  if (ctx.out().elem == ElemType::Pred) return {Apply(ctx, kAnd, CastTo(ctx, a.tensor(0), ctx.out()), CastTo(ctx, a.tensor(1), ctx.out()))};
+  return LowerBinary<kMul>(ctx, a);
+}
+
+// Floor division as PyTorch computes it for floats (div_floor_floating): exact for
+// values where floor(a / b) would round the wrong way.
+Value FloorDivFloat(Ctx& ctx, Value x, Value y) {
+  Value mod = Apply(ctx, "stablehlo.remainder", x, y);
+  Value div = Div(ctx, Sub(ctx, x, mod), y);
+  Value zero = Const(ctx, 0, x);
+  Value signs_differ = ctx.b.Compare(Cmp::NE, ctx.b.Compare(Cmp::LT, y, zero), ctx.b.Compare(Cmp::LT, mod, zero));
+  Value adjust = ctx.b.Op1("stablehlo.and", {ctx.b.Compare(Cmp::NE, mod, zero), signs_differ}, signs_differ.type);
+  div = ctx.b.Select(adjust, Sub(ctx, div, Const(ctx, 1, x)), div);
+  Value floored = Apply(ctx, kFloor, div);
+  Value bump = ctx.b.Compare(Cmp::GT, Sub(ctx, div, floored), Const(ctx, 0.5, x));
+  floored = ctx.b.Select(bump, Add(ctx, floored, Const(ctx, 1, x)), floored);
+  // b == 0: PyTorch returns a / b (inf or nan).
+  return ctx.b.Select(ctx.b.Compare(Cmp::EQ, y, zero), Div(ctx, x, y), floored);
+}
+
+Value FloorDivInt(Ctx& ctx, Value x, Value y) {
+  Value q = Div(ctx, x, y);
+  Value r = Apply(ctx, "stablehlo.remainder", x, y);
+  Value zero = Const(ctx, 0, x);
+  Value signs_differ = ctx.b.Compare(Cmp::NE, ctx.b.Compare(Cmp::LT, x, zero), ctx.b.Compare(Cmp::LT, y, zero));
+  Value adjust = ctx.b.Op1("stablehlo.and", {ctx.b.Compare(Cmp::NE, r, zero), signs_differ}, signs_differ.type);
+  return ctx.b.Select(adjust, Sub(ctx, q, Const(ctx, 1, x)), q);
+}
+
+// div(a, b, rounding_mode): true division, "trunc" or "floor".
+std::vector<Value> LowerDiv(Ctx& ctx, const Args& a) {
+  std::string mode = a.size() > 2 ? a.str_or(2, "") : "";
+  TensorType t = ComputeType(ctx.out());
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  if (mode.empty()) return Result(ctx, Div(ctx, x, y));
+  bool is_float = IsFloat(t.elem);
+  if (mode == "trunc") {
+    if (!is_float) return Result(ctx, Div(ctx, x, y));  // integer division truncates
+    Value q = Div(ctx, x, y);
+    return Result(ctx, Mul(ctx, Apply(ctx, kSign, q), Apply(ctx, kFloor, Apply(ctx, kAbs, q))));
+  }
+  return Result(ctx, is_float ? FloorDivFloat(ctx, x, y) : FloorDivInt(ctx, x, y));
+}
+
+std::vector<Value> LowerFloorDivide(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  return Result(ctx, IsFloat(t.elem) ? FloorDivFloat(ctx, x, y) : FloorDivInt(ctx, x, y));
+}
+
+// remainder(a, b) = a - floor(a / b) * b: the sign follows the divisor (Python's %).
+std::vector<Value> LowerRemainder(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  Value r = Apply(ctx, "stablehlo.remainder", x, y);
+  Value zero = Const(ctx, 0, x);
+  Value fix = ctx.b.Op1("stablehlo.and",
+                        {ctx.b.Compare(Cmp::NE, r, zero),
+                         ctx.b.Compare(Cmp::NE, ctx.b.Compare(Cmp::LT, r, zero), ctx.b.Compare(Cmp::LT, y, zero))},
+                        {ElemType::Pred, t.dims});
+  return Result(ctx, ctx.b.Select(fix, Add(ctx, r, y), r));
+}
+
+// fmod: C's fmod, the sign follows the dividend (stablehlo.remainder).
+std::vector<Value> LowerFmod(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  return Result(ctx, Apply(ctx, "stablehlo.remainder", CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t)));
+}
+
+// maximum/minimum propagate NaN, as PyTorch does.
+template <bool kMax>
+std::vector<Value> LowerMinMax(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  if (t.elem == ElemType::Pred) return {Apply(ctx, kMax ? kOr : kAnd, x, y)};
+  Value m = Apply(ctx, kMax ? "stablehlo.maximum" : "stablehlo.minimum", x, y);
+  if (!IsFloat(t.elem)) return {m};
+  Value any_nan = ctx.b.Op1("stablehlo.or", {IsNan(ctx, x), IsNan(ctx, y)}, {ElemType::Pred, t.dims});
+  return {ctx.b.Select(any_nan, Add(ctx, x, y), m)};
+}
+
+// fmax/fmin ignore NaN when the other operand is a number.
+template <bool kMax>
+std::vector<Value> LowerFMinMax(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  Value m = Apply(ctx, kMax ? "stablehlo.maximum" : "stablehlo.minimum", x, y);
+  if (!IsFloat(t.elem)) return {m};
+  m = ctx.b.Select(IsNan(ctx, x), y, m);
+  return {ctx.b.Select(IsNan(ctx, y), x, m)};
+}
+
+std::vector<Value> LowerPow(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  return Result(ctx, Apply(ctx, kPow, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t)));
+}
+
+// ---- comparisons: computed in the promoted input type, output bool ----
+template <Cmp C>
+std::vector<Value> LowerCompare(Ctx& ctx, const Args& a) {
+  TensorType t{ctx.common, ctx.out().dims};
+  return {ctx.b.Compare(C, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t))};
+}
+
+// ---- logical: operands as bool ----
+template <const char* Op>
+std::vector<Value> LowerLogical(Ctx& ctx, const Args& a) {
+  TensorType t{ElemType::Pred, ctx.out().dims};
+  Value x = ctx.b.Compare(Cmp::NE, a.tensor(0), ctx.b.Constant(0, a.tensor(0).type));
+  Value y = ctx.b.Compare(Cmp::NE, a.tensor(1), ctx.b.Constant(0, a.tensor(1).type));
+  return Result(ctx, Apply(ctx, Op, BroadcastTo(ctx, x, t.dims), BroadcastTo(ctx, y, t.dims)));
+}
+
+std::vector<Value> LowerLogicalNot(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  Value is_zero = ctx.b.Compare(Cmp::EQ, x, ctx.b.Constant(0, x.type));
+  return Result(ctx, is_zero);
+}
+
+template <const char* Op>
+std::vector<Value> LowerBitwise(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  return {Apply(ctx, Op, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t))};
+}
+
+std::vector<Value> LowerBitwiseNot(Ctx& ctx, const Args& a) { return {Apply(ctx, kNot, CastTo(ctx, a.tensor(0), ctx.out()))}; }
+
+// where(cond, a, b)
+std::vector<Value> LowerWhere(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value cond = BroadcastTo(ctx, ConvertTo(ctx, a.tensor(0), ElemType::Pred), t.dims);
+  return {ctx.b.Select(cond, CastTo(ctx, a.tensor(1), t), CastTo(ctx, a.tensor(2), t))};
+}
+
+// clamp(x, min?, max?): max then min, so NaN in x propagates and min > max gives max.
+Value ClampWith(Ctx& ctx, Value x, Value bound, bool lower) {
+  Value m = Apply(ctx, lower ? "stablehlo.maximum" : "stablehlo.minimum", x, bound);
+  if (!IsFloat(x.type.elem)) return m;
+  Value any_nan = ctx.b.Op1("stablehlo.or", {IsNan(ctx, x), IsNan(ctx, bound)}, {ElemType::Pred, x.type.dims});
+  return ctx.b.Select(any_nan, Add(ctx, x, bound), m);
+}
+
+std::vector<Value> LowerClampRule(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t);
+  if (!a.is_none(1)) x = ClampWith(ctx, x, CastTo(ctx, a.tensor(1), t), true);
+  if (!a.is_none(2)) x = ClampWith(ctx, x, CastTo(ctx, a.tensor(2), t), false);
+  return {x};
+}
+
+std::vector<Value> LowerClampMin(Ctx& ctx, const Args& a) {
+  return {ClampWith(ctx, CastTo(ctx, a.tensor(0), ctx.out()), CastTo(ctx, a.tensor(1), ctx.out()), true)};
+}
+std::vector<Value> LowerClampMax(Ctx& ctx, const Args& a) {
+  return {ClampWith(ctx, CastTo(ctx, a.tensor(0), ctx.out()), CastTo(ctx, a.tensor(1), ctx.out()), false)};
+}
+
+// fill(self, value) / zero(self): the value broadcast to self's shape.
+std::vector<Value> LowerFill(Ctx& ctx, const Args& a) { return {CastTo(ctx, a.tensor(1), ctx.out())}; }
+std::vector<Value> LowerZero(Ctx& ctx, const Args&) { return {Splat(ctx, 0, ctx.out())}; }
+
+// The device-to-device copy: cast and broadcast into the destination.
+std::vector<Value> LowerCopyInto(Ctx& ctx, const Args& a) { return {CastTo(ctx, a.tensor(0), ctx.out())}; }
+
+// lerp(a, b, w) = a + w * (b - a)
+std::vector<Value> LowerLerp(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t), w = CastTo(ctx, a.tensor(2), t);
+  return Result(ctx, Add(ctx, x, Mul(ctx, w, Sub(ctx, y, x))));
+}
+
+// addcmul(s, t1, t2, value) = s + value * t1 * t2; addcdiv likewise with t1 / t2.
+template <bool kDivide>
+std::vector<Value> LowerAddcOp(Ctx& ctx, const Args& a) {
+  TensorType t = ComputeType(ctx.out());
+  Value s = CastTo(ctx, a.tensor(0), t), x = CastTo(ctx, a.tensor(1), t), y = CastTo(ctx, a.tensor(2), t);
+  Value v = a.is_none(3) ? Const(ctx, 1, s) : CastTo(ctx, a.tensor(3), t);
+  Value term = kDivide ? Div(ctx, x, y) : Mul(ctx, x, y);
+  return Result(ctx, Add(ctx, s, Mul(ctx, v, term)));
+}
+
+std::vector<Value> LowerIsNan(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  if (!IsFloat(x.type.elem)) return {Splat(ctx, 0, ctx.out())};
+  return {IsNan(ctx, x)};
+}
+
+std::vector<Value> LowerLeakyRelu(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), slope = CastTo(ctx, a.tensor(1), t);
+  return {ctx.b.Select(ctx.b.Compare(Cmp::GT, x, Const(ctx, 0, x)), x, Mul(ctx, x, slope))};
+}
+
+// hardtanh(x, lo, hi) = clamp(x, lo, hi)
+std::vector<Value> LowerHardtanh(Ctx& ctx, const Args& a) { return LowerClampRule(ctx, a); }
+
+}  // namespace
+
+TPU_LOWERING("aten::abs", LowerUnaryKeepType<kAbs>);
+TPU_LOWERING("aten::acos", LowerUnary<kAcos>);
+TPU_LOWERING("aten::acosh", LowerUnary<kAcosh>);
+TPU_LOWERING("aten::add.Scalar", LowerAddSub<kAdd>);
+TPU_LOWERING("aten::add.Tensor", LowerAddSub<kAdd>);
+TPU_LOWERING("aten::addcdiv", LowerAddcOp<true>);
+TPU_LOWERING("aten::addcmul", LowerAddcOp<false>);
+TPU_LOWERING("aten::asin", LowerUnary<kAsin>);
+TPU_LOWERING("aten::asinh", LowerUnary<kAsinh>);
+TPU_LOWERING("aten::atan", LowerUnary<kAtan>);
+TPU_LOWERING("aten::atan2", LowerBinary<kAtan2>);
+TPU_LOWERING("aten::atanh", LowerUnary<kAtanh>);
+TPU_LOWERING("aten::bitwise_and.Tensor", LowerBitwise<kAnd>);
+TPU_LOWERING("aten::bitwise_not", LowerBitwiseNot);
+TPU_LOWERING("aten::bitwise_or.Tensor", LowerBitwise<kOr>);
+TPU_LOWERING("aten::bitwise_xor.Tensor", LowerBitwise<kXor>);
+TPU_LOWERING("aten::ceil", LowerRounding<kCeil>);
+TPU_LOWERING("aten::clamp", LowerClampRule);
+TPU_LOWERING("aten::clamp.Tensor", LowerClampRule);
+TPU_LOWERING("aten::clamp_max", LowerClampMax);
+TPU_LOWERING("aten::clamp_max.Tensor", LowerClampMax);
+TPU_LOWERING("aten::clamp_min", LowerClampMin);
+TPU_LOWERING("aten::clamp_min.Tensor", LowerClampMin);
+TPU_LOWERING("aten::cos", LowerUnary<kCos>);
+TPU_LOWERING("aten::cosh", LowerUnary<kCosh>);
+TPU_LOWERING("aten::digamma", LowerUnary<kDigamma>);
+TPU_LOWERING("aten::div.Scalar", LowerDiv);
+TPU_LOWERING("aten::div.Scalar_mode", LowerDiv);
+TPU_LOWERING("aten::div.Tensor", LowerDiv);
+TPU_LOWERING("aten::div.Tensor_mode", LowerDiv);
+TPU_LOWERING("aten::eq.Scalar", LowerCompare<Cmp::EQ>);
+TPU_LOWERING("aten::eq.Tensor", LowerCompare<Cmp::EQ>);
+TPU_LOWERING("aten::erf", LowerUnary<kErf>);
+TPU_LOWERING("aten::erfinv", LowerUnary<kErfInv>);
+TPU_LOWERING("aten::exp", LowerUnary<kExp>);
+TPU_LOWERING("aten::expm1", LowerUnary<kExpm1>);
+TPU_LOWERING("aten::fill.Scalar", LowerFill);
+TPU_LOWERING("aten::fill.Tensor", LowerFill);
+TPU_LOWERING("aten::floor", LowerRounding<kFloor>);
+TPU_LOWERING("aten::floor_divide", LowerFloorDivide);
+TPU_LOWERING("aten::fmax", LowerFMinMax<true>);
+TPU_LOWERING("aten::fmin", LowerFMinMax<false>);
+TPU_LOWERING("aten::fmod.Scalar", LowerFmod);
+TPU_LOWERING("aten::fmod.Tensor", LowerFmod);
+TPU_LOWERING("aten::ge.Scalar", LowerCompare<Cmp::GE>);
+TPU_LOWERING("aten::ge.Tensor", LowerCompare<Cmp::GE>);
+TPU_LOWERING("aten::gelu", LowerGelu);
+TPU_LOWERING("aten::gelu_backward", LowerGeluBackward);
+TPU_LOWERING("aten::gt.Scalar", LowerCompare<Cmp::GT>);
+TPU_LOWERING("aten::gt.Tensor", LowerCompare<Cmp::GT>);
+TPU_LOWERING("aten::hardtanh", LowerHardtanh);
+TPU_LOWERING("aten::isnan", LowerIsNan);
+TPU_LOWERING("aten::le.Scalar", LowerCompare<Cmp::LE>);
+TPU_LOWERING("aten::le.Tensor", LowerCompare<Cmp::LE>);
+TPU_LOWERING("aten::leaky_relu", LowerLeakyRelu);
+TPU_LOWERING("aten::lerp.Scalar", LowerLerp);
+TPU_LOWERING("aten::lerp.Tensor", LowerLerp);
+TPU_LOWERING("aten::lgamma", LowerUnary<kLgamma>);
+TPU_LOWERING("aten::log", LowerUnary<kLog>);
+TPU_LOWERING("aten::log1p", LowerUnary<kLog1p>);
+TPU_LOWERING("aten::logical_and", LowerLogical<kAnd>);
+TPU_LOWERING("aten::logical_not", LowerLogicalNot);
+TPU_LOWERING("aten::logical_or", LowerLogical<kOr>);
+TPU_LOWERING("aten::logical_xor", LowerLogical<kXor>);
+TPU_LOWERING("aten::lt.Scalar", LowerCompare<Cmp::LT>);
+TPU_LOWERING("aten::lt.Tensor", LowerCompare<Cmp::LT>);
+TPU_LOWERING("aten::maximum", LowerMinMax<true>);
+TPU_LOWERING("aten::minimum", LowerMinMax<false>);
+TPU_LOWERING("aten::mul.Scalar", LowerMul);
+TPU_LOWERING("aten::mul.Tensor", LowerMul);
+TPU_LOWERING("aten::ne.Scalar", LowerCompare<Cmp::NE>);
+TPU_LOWERING("aten::ne.Tensor", LowerCompare<Cmp::NE>);
+TPU_LOWERING("aten::neg", LowerUnaryKeepType<kNeg>);
+TPU_LOWERING("aten::pow.Scalar", LowerPow);
+TPU_LOWERING("aten::pow.Tensor_Scalar", LowerPow);
+TPU_LOWERING("aten::pow.Tensor_Tensor", LowerPow);
+TPU_LOWERING("aten::reciprocal", LowerReciprocal);
+TPU_LOWERING("aten::relu", LowerRelu);
+TPU_LOWERING("aten::remainder.Scalar", LowerRemainder);
+TPU_LOWERING("aten::remainder.Tensor", LowerRemainder);
+TPU_LOWERING("aten::round", LowerRounding<kRound>);
+TPU_LOWERING("aten::rsqrt", LowerUnary<kRsqrt>);
+TPU_LOWERING("aten::rsub.Scalar", LowerRsub);
+TPU_LOWERING("aten::rsub.Tensor", LowerRsub);
+TPU_LOWERING("aten::sigmoid", LowerUnary<kSigmoid>);
+TPU_LOWERING("aten::sigmoid_backward", LowerSigmoidBackward);
+TPU_LOWERING("aten::sign", LowerUnaryKeepType<kSign>);
+TPU_LOWERING("aten::silu", LowerSilu);
+TPU_LOWERING("aten::silu_backward", LowerSiluBackward);
+TPU_LOWERING("aten::sin", LowerUnary<kSin>);
+TPU_LOWERING("aten::sinh", LowerUnary<kSinh>);
+TPU_LOWERING("aten::sqrt", LowerUnary<kSqrt>);
+TPU_LOWERING("aten::sub.Scalar", LowerAddSub<kSub>);
+TPU_LOWERING("aten::sub.Tensor", LowerAddSub<kSub>);
+TPU_LOWERING("aten::tan", LowerUnary<kTan>);
+TPU_LOWERING("aten::tanh", LowerUnary<kTanh>);
+TPU_LOWERING("aten::tanh_backward", LowerTanhBackward);
+TPU_LOWERING("aten::threshold", LowerThreshold);
+TPU_LOWERING("aten::threshold_backward", LowerThresholdBackward);
+TPU_LOWERING("aten::trunc", LowerTrunc);
+TPU_LOWERING("aten::where.self", LowerWhere);
+TPU_LOWERING("aten::zero", LowerZero);
+TPU_LOWERING("torch_tpu::_copy_into", LowerCopyInto);
+
+}  // namespace tpu::lowering

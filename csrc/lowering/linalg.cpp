@@ -1,0 +1,61 @@
+// Matrix products through dot_general. f16/bf16 accumulate in f32; f32 asks for the
+// highest precision (TPUs otherwise multiply f32 in bf16 passes).
+#include "lowering.h"
+
+namespace tpu::lowering {
+namespace {
+
+Value Dot(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
+          std::vector<int64_t> rc) {
+  ElemType out = ctx.out().elem;
+  ElemType acc = AccumulatorType(out);
+  x = ConvertTo(ctx, x, out);
+  y = ConvertTo(ctx, y, out);
+  Value r = ctx.b.DotGeneral(x, y, lb, rb, lc, rc, acc);
+  return ConvertTo(ctx, r, out);
+}
+
+// mm(a, b) = a @ b for 2-D operands.
+std::vector<Value> LowerMm(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {1}, {0})}; }
+
+// bmm(a, b): batched over dim 0.
+std::vector<Value> LowerBmm(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {0}, {0}, {2}, {1})}; }
+
+std::vector<Value> LowerDot(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {0}, {0})}; }
+
+std::vector<Value> LowerMv(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {1}, {0})}; }
+
+// beta * self + alpha * product; self is ignored when beta == 0 (so NaN in self vanishes),
+// as PyTorch specifies.
+Value Blend(Ctx& ctx, Value self, Value product, const Args& a, size_t beta_arg) {
+  TensorType t = ctx.out();
+  Value s = CastTo(ctx, self, t);
+  Value beta = a.is_none(beta_arg) ? ctx.b.Constant(1, t) : CastTo(ctx, a.tensor(beta_arg), t);
+  Value alpha = a.is_none(beta_arg + 1) ? ctx.b.Constant(1, t) : CastTo(ctx, a.tensor(beta_arg + 1), t);
+  Value scaled = ctx.b.Binary("multiply", beta, s);
+  Value zero = ctx.b.Constant(0, t);
+  scaled = ctx.b.Select(ctx.b.Compare(Cmp::EQ, beta, zero), zero, scaled);
+  return ctx.b.Binary("add", scaled, ctx.b.Binary("multiply", alpha, product));
+}
+
+std::vector<Value> LowerAddmm(Ctx& ctx, const Args& a) {
+  return {Blend(ctx, a.tensor(0), Dot(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
+}
+std::vector<Value> LowerAddmv(Ctx& ctx, const Args& a) {
+  return {Blend(ctx, a.tensor(0), Dot(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
+}
+std::vector<Value> LowerBaddbmm(Ctx& ctx, const Args& a) {
+  return {Blend(ctx, a.tensor(0), Dot(ctx, a.tensor(1), a.tensor(2), {0}, {0}, {2}, {1}), a, 3)};
+}
+
+}  // namespace
+
+TPU_LOWERING("aten::addmm", LowerAddmm);
+TPU_LOWERING("aten::addmv", LowerAddmv);
+TPU_LOWERING("aten::baddbmm", LowerBaddbmm);
+TPU_LOWERING("aten::bmm", LowerBmm);
+TPU_LOWERING("aten::dot", LowerDot);
+TPU_LOWERING("aten::mm", LowerMm);
+TPU_LOWERING("aten::mv", LowerMv);
+
+}  // namespace tpu::lowering

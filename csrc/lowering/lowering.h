@@ -1,0 +1,112 @@
+// The lowering table: one free function per ATen op over typed operands, shared by eager
+// (strict and fused) and compiled execution. No torch headers here: arguments arrive in a
+// neutral form, output types come from the caller (Meta kernels or FX metadata).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../stablehlo/builder.h"
+
+namespace tpu::lowering {
+
+using shlo::Builder;
+using shlo::Cmp;
+using shlo::ElemType;
+using shlo::TensorType;
+using shlo::Value;
+
+// One argument of an ATen op as a lowering sees it. Tensors and run-time scalars are
+// Values; shape-defining integers, flags and strings are static.
+struct Arg {
+  enum class Kind { None, Tensor, Int, Double, Bool, IntList, DoubleList, BoolList, String, TensorList };
+  Kind kind = Kind::None;
+  Value value;
+  std::vector<Value> values;  // TensorList; an invalid Value stands for a None entry
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  std::vector<int64_t> ints;
+  std::vector<double> doubles;
+  std::string s;
+};
+
+// Thrown when a lowering cannot express a case: the caller falls back to the CPU.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Args {
+ public:
+  explicit Args(const std::vector<Arg>& args) : args_(args) {}
+  size_t size() const { return args_.size(); }
+  bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == Arg::Kind::None; }
+  const Value& tensor(size_t i) const;                  // required tensor or run-time scalar
+  Value optional_tensor(size_t i) const;                // invalid Value when None
+  const std::vector<Value>& tensors(size_t i) const;
+  int64_t int_(size_t i) const;
+  int64_t int_or(size_t i, int64_t fallback) const { return is_none(i) ? fallback : int_(i); }
+  double double_(size_t i) const;
+  bool bool_(size_t i) const;
+  bool bool_or(size_t i, bool fallback) const { return is_none(i) ? fallback : bool_(i); }
+  const std::vector<int64_t>& ints(size_t i) const;
+  const std::string& str(size_t i) const;
+  std::string str_or(size_t i, const std::string& fallback) const { return is_none(i) ? fallback : str(i); }
+
+ private:
+  const Arg& at(size_t i, Arg::Kind kind, const char* what) const;
+  const std::vector<Arg>& args_;
+};
+
+struct Ctx {
+  Builder& b;
+  std::vector<TensorType> outputs;  // the op's result types, from Meta inference
+  ElemType common = ElemType::F32;  // PyTorch's result_type over the op's inputs
+  const TensorType& out(size_t i = 0) const { return outputs.at(i); }
+};
+
+using LowerFn = std::vector<Value> (*)(Ctx&, const Args&);
+
+// Registers `fn` for the ATen overload `op` ("aten::add.Tensor"). Returns true so it can
+// initialise a static.
+bool Register(const char* op, LowerFn fn);
+LowerFn Find(const std::string& op);
+std::vector<std::string> RegisteredOps();
+
+#define TPU_CONCAT_INNER(a, b) a##b
+#define TPU_CONCAT(a, b) TPU_CONCAT_INNER(a, b)
+#define TPU_LOWERING(op, fn) \
+  static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::Register(op, fn)
+
+// Shared helpers (rule 6): every rule converts and broadcasts through these.
+Value ConvertTo(Ctx& ctx, Value v, ElemType elem);
+Value BroadcastTo(Ctx& ctx, Value v, const std::vector<int64_t>& dims);
+// Converts to `t.elem` then broadcasts to `t.dims`.
+Value CastTo(Ctx& ctx, Value v, const TensorType& t);
+Value Splat(Ctx& ctx, double v, const TensorType& t);
+// f16/bf16 accumulate in f32 (PyTorch's CPU and CUDA kernels do); other types keep theirs.
+ElemType AccumulatorType(ElemType t);
+// Normalises a possibly negative dim against `rank` (rank 0 counts as 1, as in PyTorch).
+int64_t WrapDim(int64_t dim, int64_t rank);
+std::vector<int64_t> WrapDims(const std::vector<int64_t>& dims, int64_t rank);
+
+// ---- Storage views (shared by every execution mode) ----
+// How a tensor lies in its 1-D storage: PyTorch's sizes, strides and offset.
+struct ViewGeometry {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  int64_t storage_numel = 0;
+};
+// True when the view covers its whole storage in row-major order.
+bool IsWholeStorage(const ViewGeometry& g);
+// Materialises the logical array of a strided view of a 1-D storage value.
+Value ReadView(Builder& b, Value storage, const ViewGeometry& g);
+// Returns the storage with the view's elements replaced by `value` (already of the view's
+// shape and the storage's element type).
+Value WriteView(Builder& b, Value storage, const ViewGeometry& g, Value value);
+// Lays a logical array out in a fresh storage with the given (dense, non-overlapping) strides.
+Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides);
+
+}  // namespace tpu::lowering

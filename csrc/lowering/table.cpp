@@ -1,0 +1,109 @@
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "lowering.h"
+
+namespace tpu::lowering {
+namespace {
+
+std::map<std::string, LowerFn>& Table() {
+  static std::map<std::string, LowerFn> table;
+  return table;
+}
+
+const char* KindName(Arg::Kind k) {
+  switch (k) {
+    case Arg::Kind::None: return "None";
+    case Arg::Kind::Tensor: return "Tensor";
+    case Arg::Kind::Int: return "int";
+    case Arg::Kind::Double: return "float";
+    case Arg::Kind::Bool: return "bool";
+    case Arg::Kind::IntList: return "int[]";
+    case Arg::Kind::DoubleList: return "float[]";
+    case Arg::Kind::BoolList: return "bool[]";
+    case Arg::Kind::String: return "str";
+    case Arg::Kind::TensorList: return "Tensor[]";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool Register(const char* op, LowerFn fn) {
+  Table()[op] = fn;
+  return true;
+}
+
+LowerFn Find(const std::string& op) {
+  auto it = Table().find(op);
+  return it == Table().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> RegisteredOps() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : Table()) names.push_back(name);
+  return names;
+}
+
+const Arg& Args::at(size_t i, Arg::Kind kind, const char* what) const {
+  if (i >= args_.size() || args_[i].kind != kind) {
+    throw std::invalid_argument(std::string("lowering expected ") + what + " at argument " +
+                                std::to_string(i) + ", got " +
+                                (i < args_.size() ? KindName(args_[i].kind) : "nothing"));
+  }
+  return args_[i];
+}
+
+const Value& Args::tensor(size_t i) const { return at(i, Arg::Kind::Tensor, "a tensor").value; }
+Value Args::optional_tensor(size_t i) const { return is_none(i) ? Value{} : tensor(i); }
+const std::vector<Value>& Args::tensors(size_t i) const {
+  return at(i, Arg::Kind::TensorList, "a tensor list").values;
+}
+int64_t Args::int_(size_t i) const {
+  if (i < args_.size() && args_[i].kind == Arg::Kind::Bool) return args_[i].b;
+  return at(i, Arg::Kind::Int, "an int").i;
+}
+double Args::double_(size_t i) const {
+  if (i < args_.size() && args_[i].kind == Arg::Kind::Int) return static_cast<double>(args_[i].i);
+  return at(i, Arg::Kind::Double, "a float").d;
+}
+bool Args::bool_(size_t i) const { return at(i, Arg::Kind::Bool, "a bool").b; }
+const std::vector<int64_t>& Args::ints(size_t i) const {
+  return at(i, Arg::Kind::IntList, "an int list").ints;
+}
+const std::string& Args::str(size_t i) const { return at(i, Arg::Kind::String, "a string").s; }
+
+Value ConvertTo(Ctx& ctx, Value v, ElemType elem) {
+  if (v.type.elem == elem) return v;
+  // PyTorch casts float to bool as `x != 0`, while stablehlo.convert is the same; integer to
+  // bool likewise. Float to integer truncates toward zero in both.
+  return ctx.b.Convert(v, elem);
+}
+
+Value BroadcastTo(Ctx& ctx, Value v, const std::vector<int64_t>& dims) { return ctx.b.BroadcastTo(v, dims); }
+
+Value CastTo(Ctx& ctx, Value v, const TensorType& t) { return BroadcastTo(ctx, ConvertTo(ctx, v, t.elem), t.dims); }
+
+Value Splat(Ctx& ctx, double v, const TensorType& t) { return ctx.b.Constant(v, t); }
+
+ElemType AccumulatorType(ElemType t) {
+  return (t == ElemType::F16 || t == ElemType::BF16) ? ElemType::F32 : t;
+}
+
+int64_t WrapDim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r) throw std::out_of_range("Dimension out of range");
+  return dim < 0 ? dim + r : dim;
+}
+
+std::vector<int64_t> WrapDims(const std::vector<int64_t>& dims, int64_t rank) {
+  std::vector<int64_t> out;
+  for (int64_t d : dims) out.push_back(WrapDim(d, rank));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (rank == 0) out.clear();
+  return out;
+}
+
+}  // namespace tpu::lowering

@@ -1,0 +1,121 @@
+// Reading and writing strided views of a 1-D storage value. Every program sees tensors as
+// (storage, sizes, strides, offset), exactly as PyTorch lays them out.
+#include <algorithm>
+#include <numeric>
+
+#include "lowering.h"
+
+namespace tpu::lowering {
+namespace {
+
+const TensorType kIndexType{ElemType::S64, {}};
+
+// Flat storage index of every element of the view: offset + sum_i iota_i * stride_i.
+Value FlatIndices(Builder& b, const ViewGeometry& g) {
+  TensorType t{ElemType::S64, g.sizes};
+  Value idx = b.ConstantInt(g.offset, t);
+  for (size_t i = 0; i < g.sizes.size(); ++i) {
+    if (g.sizes[i] == 1 || g.strides[i] == 0) continue;
+    Value term = b.Binary("multiply", b.Iota(t, static_cast<int64_t>(i)), b.ConstantInt(g.strides[i], t));
+    idx = b.Binary("add", idx, term);
+  }
+  return idx;
+}
+
+}  // namespace
+
+bool IsWholeStorage(const ViewGeometry& g) {
+  if (g.offset != 0) return false;
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(g.sizes.size()) - 1; i >= 0; --i) {
+    if (g.sizes[i] != 1 && g.strides[i] != expected) return false;
+    expected *= g.sizes[i];
+  }
+  return expected == g.storage_numel;
+}
+
+Value ReadView(Builder& b, Value storage, const ViewGeometry& g) {
+  TensorType result{storage.type.elem, g.sizes};
+  int64_t numel = result.numel();
+  if (numel == 0) return b.Constant(0, result);
+  if (IsWholeStorage(g)) return b.Reshape(storage, g.sizes);
+
+  // Dims that move through memory, outermost (largest stride) first.
+  std::vector<int64_t> moving;
+  for (size_t i = 0; i < g.sizes.size(); ++i)
+    if (g.sizes[i] != 1 && g.strides[i] != 0) moving.push_back(static_cast<int64_t>(i));
+  std::stable_sort(moving.begin(), moving.end(),
+                   [&](int64_t a, int64_t c) { return g.strides[a] > g.strides[c]; });
+
+  // A view whose strides nest (each divides the next larger, without overlap) is a window
+  // of the storage reshaped and sliced; anything else is gathered element by element.
+  bool nested = true;
+  for (size_t k = 0; k < moving.size(); ++k) {
+    int64_t s = g.strides[moving[k]];
+    if (s < 0) nested = false;
+    if (k + 1 < moving.size()) {
+      int64_t inner = g.strides[moving[k + 1]];
+      if (inner <= 0 || s % inner != 0 || s < g.sizes[moving[k + 1]] * inner) nested = false;
+    }
+  }
+  if (!nested) return b.Gather1D(storage, FlatIndices(b, g));
+
+  Value picked;
+  std::vector<int64_t> picked_dims;  // sizes of `moving`, in that order
+  if (moving.empty()) {
+    picked = b.Slice(storage, {g.offset}, {g.offset + 1}, {1});
+  } else {
+    int64_t window = g.sizes[moving[0]] * g.strides[moving[0]];
+    Value flat = storage;
+    int64_t end = g.offset + window;
+    if (end > g.storage_numel) {
+      flat = b.Pad(storage, b.Constant(0, {storage.type.elem, {}}), {0}, {end - g.storage_numel}, {0});
+    }
+    flat = b.Slice(flat, {g.offset}, {end}, {1});
+    std::vector<int64_t> shape = {g.sizes[moving[0]]};
+    for (size_t k = 0; k + 1 < moving.size(); ++k)
+      shape.push_back(g.strides[moving[k]] / g.strides[moving[k + 1]]);
+    shape.push_back(g.strides[moving.back()]);
+    Value grid = b.Reshape(flat, shape);
+    std::vector<int64_t> start(shape.size(), 0), limit, step(shape.size(), 1);
+    for (int64_t d : moving) limit.push_back(g.sizes[d]);
+    limit.push_back(1);
+    picked = b.Slice(grid, start, limit, step);
+    for (int64_t d : moving) picked_dims.push_back(g.sizes[d]);
+  }
+  picked = b.Reshape(picked, picked_dims);
+  // Back to the view's own dim order, then restore size-1 and broadcast (stride-0) dims.
+  std::vector<int64_t> order(moving.begin(), moving.end());
+  std::vector<int64_t> perm(order.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t c) { return order[a] < order[c]; });
+  picked = b.Transpose(picked, perm);
+  std::vector<int64_t> mapping;
+  for (int64_t p : perm) mapping.push_back(order[p]);
+  std::sort(mapping.begin(), mapping.end());
+  return b.BroadcastInDim(picked, g.sizes, mapping);
+}
+
+Value WriteView(Builder& b, Value storage, const ViewGeometry& g, Value value) {
+  int64_t numel = TensorType{value.type.elem, g.sizes}.numel();
+  if (numel == 0) return storage;
+  if (IsWholeStorage(g)) return b.Reshape(value, {g.storage_numel});
+  bool contiguous = true;
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(g.sizes.size()) - 1; i >= 0; --i) {
+    if (g.sizes[i] != 1 && g.strides[i] != expected) contiguous = false;
+    expected *= g.sizes[i];
+  }
+  if (contiguous) return b.DynamicUpdateSlice(storage, b.Reshape(value, {numel}), {g.offset});
+  Value idx = b.Reshape(FlatIndices(b, g), {numel});
+  return b.Scatter1D(storage, idx, b.Reshape(value, {numel}));
+}
+
+Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides) {
+  std::vector<int64_t> perm(strides.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t c) { return strides[a] > strides[c]; });
+  return b.Reshape(b.Transpose(value, perm), {value.type.numel()});
+}
+
+}  // namespace tpu::lowering

@@ -1,0 +1,390 @@
+#include "pjrt.h"
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstring>
+
+namespace tpu::pjrt {
+namespace {
+
+template <typename T>
+T Args() {
+  T args;
+  std::memset(&args, 0, sizeof(T));
+  args.struct_size = sizeof(T);
+  return args;
+}
+
+// A function is callable only if the plugin's table is long enough to hold it.
+#define PJRT_HAS(api, fn) \
+  (offsetof(PJRT_Api, fn) < (api)->struct_size && (api)->fn != nullptr)
+
+void DestroyEvent(const PJRT_Api* api, PJRT_Event* event) {
+  if (event == nullptr) return;
+  auto args = Args<PJRT_Event_Destroy_Args>();
+  args.event = event;
+  PJRT_Error* err = api->PJRT_Event_Destroy(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    api->PJRT_Error_Destroy(&d);
+  }
+}
+
+// Waits for `event`, destroys it, and throws its error if it carries one.
+void AwaitEvent(const Plugin& plugin, PJRT_Event* event, const char* what) {
+  if (event == nullptr) return;
+  auto args = Args<PJRT_Event_Await_Args>();
+  args.event = event;
+  PJRT_Error* err = plugin.api()->PJRT_Event_Await(&args);
+  DestroyEvent(plugin.api(), event);
+  plugin.Check(err, what);
+}
+
+void AppendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+void AppendTag(std::string& out, int field, int wire_type) {
+  AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
+}
+
+}  // namespace
+
+std::shared_ptr<Plugin> Plugin::Load(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw Error("cannot load PJRT plugin '" + path + "': " + (why ? why : "unknown dlopen error"), 5);
+  }
+  using GetApiFn = const PJRT_Api* (*)();
+  auto get_api = reinterpret_cast<GetApiFn>(dlsym(handle, "GetPjrtApi"));
+  if (get_api == nullptr) {
+    throw Error("PJRT plugin '" + path + "' does not export GetPjrtApi", 5);
+  }
+  auto plugin = std::make_shared<Plugin>();
+  plugin->api_ = get_api();
+  plugin->path_ = path;
+  if (plugin->api_ == nullptr || plugin->api_major() != PJRT_API_MAJOR) {
+    throw Error("PJRT plugin '" + path + "' has an unsupported API major version", 9);
+  }
+  if (PJRT_HAS(plugin->api_, PJRT_Plugin_Initialize)) {
+    auto args = Args<PJRT_Plugin_Initialize_Args>();
+    plugin->Check(plugin->api_->PJRT_Plugin_Initialize(&args), "PJRT_Plugin_Initialize");
+  }
+  return plugin;
+}
+
+void Plugin::Check(PJRT_Error* err, const char* what) const {
+  if (err == nullptr) return;
+  auto msg = Args<PJRT_Error_Message_Args>();
+  msg.error = err;
+  api_->PJRT_Error_Message(&msg);
+  std::string text = std::string(what) + ": " + std::string(msg.message, msg.message_size);
+  int code = 2;  // UNKNOWN
+  auto code_args = Args<PJRT_Error_GetCode_Args>();
+  code_args.error = err;
+  if (api_->PJRT_Error_GetCode(&code_args) == nullptr) code = static_cast<int>(code_args.code);
+  auto d = Args<PJRT_Error_Destroy_Args>();
+  d.error = err;
+  api_->PJRT_Error_Destroy(&d);
+  throw Error(text, code);
+}
+
+Buffer::~Buffer() {
+  auto args = Args<PJRT_Buffer_Destroy_Args>();
+  args.buffer = raw_;
+  PJRT_Error* err = plugin_->api()->PJRT_Buffer_Destroy(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    plugin_->api()->PJRT_Error_Destroy(&d);
+  }
+}
+
+std::vector<int64_t> Buffer::dims() const {
+  auto args = Args<PJRT_Buffer_Dimensions_Args>();
+  args.buffer = raw_;
+  plugin_->Check(plugin_->api()->PJRT_Buffer_Dimensions(&args), "PJRT_Buffer_Dimensions");
+  return std::vector<int64_t>(args.dims, args.dims + args.num_dims);
+}
+
+PJRT_Buffer_Type Buffer::element_type() const {
+  auto args = Args<PJRT_Buffer_ElementType_Args>();
+  args.buffer = raw_;
+  plugin_->Check(plugin_->api()->PJRT_Buffer_ElementType(&args), "PJRT_Buffer_ElementType");
+  return args.type;
+}
+
+void Buffer::ToHost(void* dst, size_t nbytes) const {
+  auto args = Args<PJRT_Buffer_ToHostBuffer_Args>();
+  args.src = raw_;
+  args.dst = dst;
+  args.dst_size = nbytes;
+  plugin_->Check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
+  AwaitEvent(*plugin_, args.event, "device to host transfer");
+}
+
+void Buffer::Await() const {
+  auto args = Args<PJRT_Buffer_ReadyEvent_Args>();
+  args.buffer = raw_;
+  plugin_->Check(plugin_->api()->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
+  AwaitEvent(*plugin_, args.event, "device computation");
+}
+
+Executable::Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* raw)
+    : plugin_(std::move(plugin)), raw_(raw) {
+  const PJRT_Api* api = plugin_->api();
+  auto get = Args<PJRT_LoadedExecutable_GetExecutable_Args>();
+  get.loaded_executable = raw_;
+  plugin_->Check(api->PJRT_LoadedExecutable_GetExecutable(&get), "GetExecutable");
+  auto n = Args<PJRT_Executable_NumOutputs_Args>();
+  n.executable = get.executable;
+  PJRT_Error* err = api->PJRT_Executable_NumOutputs(&n);
+  auto destroy = Args<PJRT_Executable_Destroy_Args>();
+  destroy.executable = get.executable;
+  api->PJRT_Executable_Destroy(&destroy);
+  plugin_->Check(err, "PJRT_Executable_NumOutputs");
+  num_outputs_ = n.num_outputs;
+}
+
+Executable::~Executable() {
+  auto args = Args<PJRT_LoadedExecutable_Destroy_Args>();
+  args.executable = raw_;
+  PJRT_Error* err = plugin_->api()->PJRT_LoadedExecutable_Destroy(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    plugin_->api()->PJRT_Error_Destroy(&d);
+  }
+}
+
+std::vector<BufferPtr> Executable::Execute(PJRT_Device* device,
+                                           const std::vector<PJRT_Buffer*>& args) const {
+  auto options = Args<PJRT_ExecuteOptions>();
+  // Our buffers may be shared between tensors: nothing is donated unless the caller says so.
+  std::vector<int64_t> non_donatable(args.size());
+  for (size_t i = 0; i < args.size(); ++i) non_donatable[i] = static_cast<int64_t>(i);
+  options.non_donatable_input_indices = non_donatable.data();
+  options.num_non_donatable_input_indices = non_donatable.size();
+
+  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
+  PJRT_Buffer* const* arg_list = args.data();
+  PJRT_Buffer** output_list = outputs.data();
+  auto exec = Args<PJRT_LoadedExecutable_Execute_Args>();
+  exec.executable = raw_;
+  exec.options = &options;
+  exec.argument_lists = &arg_list;
+  exec.num_devices = 1;
+  exec.num_args = args.size();
+  exec.output_lists = &output_list;
+  exec.execute_device = device;
+  plugin_->Check(plugin_->api()->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
+  std::vector<BufferPtr> result;
+  result.reserve(num_outputs_);
+  for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(plugin_, b));
+  return result;
+}
+
+std::string Executable::Serialize() const {
+  const PJRT_Api* api = plugin_->api();
+  auto get = Args<PJRT_LoadedExecutable_GetExecutable_Args>();
+  get.loaded_executable = raw_;
+  plugin_->Check(api->PJRT_LoadedExecutable_GetExecutable(&get), "GetExecutable");
+  auto ser = Args<PJRT_Executable_Serialize_Args>();
+  ser.executable = get.executable;
+  PJRT_Error* err = api->PJRT_Executable_Serialize(&ser);
+  auto destroy = Args<PJRT_Executable_Destroy_Args>();
+  destroy.executable = get.executable;
+  api->PJRT_Executable_Destroy(&destroy);
+  plugin_->Check(err, "PJRT_Executable_Serialize");
+  std::string bytes(ser.serialized_bytes, ser.serialized_bytes_size);
+  if (ser.serialized_executable_deleter) ser.serialized_executable_deleter(ser.serialized_executable);
+  return bytes;
+}
+
+Client::Client(std::shared_ptr<Plugin> plugin, int64_t cpu_device_count) : plugin_(std::move(plugin)) {
+  const PJRT_Api* api = plugin_->api();
+  auto create = Args<PJRT_Client_Create_Args>();
+  PJRT_NamedValue option;
+  std::memset(&option, 0, sizeof(option));
+  static const char kCount[] = "cpu_device_count";
+  if (cpu_device_count > 0) {
+    option.struct_size = sizeof(option);
+    option.name = kCount;
+    option.name_size = sizeof(kCount) - 1;
+    option.type = PJRT_NamedValue_kInt64;
+    option.int64_value = cpu_device_count;
+    option.value_size = 1;
+    create.create_options = &option;
+    create.num_options = 1;
+  }
+  plugin_->Check(api->PJRT_Client_Create(&create), "PJRT_Client_Create");
+  raw_ = create.client;
+
+  auto name = Args<PJRT_Client_PlatformName_Args>();
+  name.client = raw_;
+  plugin_->Check(api->PJRT_Client_PlatformName(&name), "PJRT_Client_PlatformName");
+  platform_name_.assign(name.platform_name, name.platform_name_size);
+  auto version = Args<PJRT_Client_PlatformVersion_Args>();
+  version.client = raw_;
+  plugin_->Check(api->PJRT_Client_PlatformVersion(&version), "PJRT_Client_PlatformVersion");
+  platform_version_.assign(version.platform_version, version.platform_version_size);
+
+  auto devs = Args<PJRT_Client_AddressableDevices_Args>();
+  devs.client = raw_;
+  plugin_->Check(api->PJRT_Client_AddressableDevices(&devs), "PJRT_Client_AddressableDevices");
+  devices_.assign(devs.addressable_devices, devs.addressable_devices + devs.num_addressable_devices);
+}
+
+Client::~Client() {
+  auto args = Args<PJRT_Client_Destroy_Args>();
+  args.client = raw_;
+  PJRT_Error* err = plugin_->api()->PJRT_Client_Destroy(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    plugin_->api()->PJRT_Error_Destroy(&d);
+  }
+}
+
+PJRT_Device* Client::device(size_t index) const {
+  if (index >= devices_.size()) {
+    throw Error("device index " + std::to_string(index) + " out of range (" +
+                    std::to_string(devices_.size()) + " devices)", 3);
+  }
+  return devices_[index];
+}
+
+std::string Client::device_kind(size_t index) const {
+  const PJRT_Api* api = plugin_->api();
+  auto desc = Args<PJRT_Device_GetDescription_Args>();
+  desc.device = device(index);
+  plugin_->Check(api->PJRT_Device_GetDescription(&desc), "PJRT_Device_GetDescription");
+  auto kind = Args<PJRT_DeviceDescription_Kind_Args>();
+  kind.device_description = desc.device_description;
+  plugin_->Check(api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
+  return std::string(kind.device_kind, kind.device_kind_size);
+}
+
+BufferPtr Client::FromHost(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                           size_t device_index) const {
+  auto args = Args<PJRT_Client_BufferFromHostBuffer_Args>();
+  args.client = raw_;
+  args.data = data;
+  args.type = type;
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  // The plugin copies before returning, so the caller's memory is free to change after.
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = device(device_index);
+  plugin_->Check(plugin_->api()->PJRT_Client_BufferFromHostBuffer(&args), "host to device transfer");
+  DestroyEvent(plugin_->api(), args.done_with_host_buffer);
+  return std::make_shared<Buffer>(plugin_, args.buffer);
+}
+
+BufferPtr Client::CopyToDevice(const Buffer& src, size_t device_index) const {
+  auto args = Args<PJRT_Buffer_CopyToDevice_Args>();
+  args.buffer = src.raw();
+  args.dst_device = device(device_index);
+  plugin_->Check(plugin_->api()->PJRT_Buffer_CopyToDevice(&args), "device to device copy");
+  return std::make_shared<Buffer>(plugin_, args.dst_buffer);
+}
+
+ExecutablePtr Client::Compile(const std::string& mlir_text, const std::string& compile_options) const {
+  auto program = Args<PJRT_Program>();
+  program.code = const_cast<char*>(mlir_text.data());
+  program.code_size = mlir_text.size();
+  static const char kFormat[] = "mlir";
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  auto args = Args<PJRT_Client_Compile_Args>();
+  args.client = raw_;
+  args.program = &program;
+  args.compile_options = compile_options.data();
+  args.compile_options_size = compile_options.size();
+  plugin_->Check(plugin_->api()->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
+  return std::make_shared<Executable>(plugin_, args.executable);
+}
+
+ExecutablePtr Client::Deserialize(const std::string& bytes) const {
+  auto args = Args<PJRT_Executable_DeserializeAndLoad_Args>();
+  args.client = raw_;
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  plugin_->Check(plugin_->api()->PJRT_Executable_DeserializeAndLoad(&args), "DeserializeAndLoad");
+  return std::make_shared<Executable>(plugin_, args.loaded_executable);
+}
+
+bool Client::MemoryStats(size_t device_index, DeviceMemoryStats* out) const {
+  const PJRT_Api* api = plugin_->api();
+  if (!PJRT_HAS(api, PJRT_Device_MemoryStats)) return false;
+  auto args = Args<PJRT_Device_MemoryStats_Args>();
+  args.device = device(device_index);
+  PJRT_Error* err = api->PJRT_Device_MemoryStats(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    api->PJRT_Error_Destroy(&d);
+    return false;  // Unimplemented on the CPU plugin.
+  }
+  out->bytes_in_use = args.bytes_in_use;
+  out->peak_bytes_in_use = args.peak_bytes_in_use_is_set ? args.peak_bytes_in_use : -1;
+  out->bytes_limit = args.bytes_limit_is_set ? args.bytes_limit : -1;
+  return true;
+}
+
+std::string PortableCompileOptions() {
+  // ExecutableBuildOptionsProto: device_ordinal(1) = -1, num_replicas(4) = 1, num_partitions(5) = 1.
+  std::string build;
+  AppendTag(build, 1, 0);
+  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
+  AppendTag(build, 4, 0);
+  AppendVarint(build, 1);
+  AppendTag(build, 5, 0);
+  AppendVarint(build, 1);
+  // CompileOptionsProto: executable_build_options(3), compile_portable_executable(4) = true.
+  std::string options;
+  AppendTag(options, 3, 2);
+  AppendVarint(options, build.size());
+  options += build;
+  AppendTag(options, 4, 0);
+  AppendVarint(options, 1);
+  return options;
+}
+
+size_t ElementSize(PJRT_Buffer_Type type) {
+  switch (type) {
+    case PJRT_Buffer_Type_PRED:
+    case PJRT_Buffer_Type_S8:
+    case PJRT_Buffer_Type_U8:
+    case PJRT_Buffer_Type_F8E5M2:
+    case PJRT_Buffer_Type_F8E4M3FN:
+      return 1;
+    case PJRT_Buffer_Type_S16:
+    case PJRT_Buffer_Type_U16:
+    case PJRT_Buffer_Type_F16:
+    case PJRT_Buffer_Type_BF16:
+      return 2;
+    case PJRT_Buffer_Type_S32:
+    case PJRT_Buffer_Type_U32:
+    case PJRT_Buffer_Type_F32:
+      return 4;
+    case PJRT_Buffer_Type_S64:
+    case PJRT_Buffer_Type_U64:
+    case PJRT_Buffer_Type_F64:
+    case PJRT_Buffer_Type_C64:
+      return 8;
+    case PJRT_Buffer_Type_C128:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace tpu::pjrt

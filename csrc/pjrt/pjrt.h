@@ -1,0 +1,128 @@
+// RAII wrapper over the PJRT C API of a dlopen'ed plugin. No torch headers here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pjrt_c_api.h"
+
+namespace tpu::pjrt {
+
+// Every PJRT_Error becomes one of these, carrying the plugin's message and its absl code.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& what, int code) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }
+  bool out_of_memory() const { return code_ == 8; }  // absl RESOURCE_EXHAUSTED
+
+ private:
+  int code_;
+};
+
+// A loaded plugin: the dlopen handle and its PJRT_Api table. Never unloaded (plugins
+// keep threads and static state that do not survive dlclose).
+class Plugin {
+ public:
+  static std::shared_ptr<Plugin> Load(const std::string& path);
+  const PJRT_Api* api() const { return api_; }
+  const std::string& path() const { return path_; }
+  int api_major() const { return api_->pjrt_api_version.major_version; }
+  int api_minor() const { return api_->pjrt_api_version.minor_version; }
+  // Throws Error if `err` is non-null, destroying it; `what` prefixes the message.
+  void Check(PJRT_Error* err, const char* what) const;
+
+ private:
+  const PJRT_Api* api_ = nullptr;
+  std::string path_;
+};
+
+class Client;
+
+// An owned device buffer. Destroyed with PJRT_Buffer_Destroy when the last reference goes.
+class Buffer {
+ public:
+  Buffer(std::shared_ptr<Plugin> plugin, PJRT_Buffer* raw) : plugin_(std::move(plugin)), raw_(raw) {}
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  PJRT_Buffer* raw() const { return raw_; }
+  std::vector<int64_t> dims() const;
+  PJRT_Buffer_Type element_type() const;
+  // Copies the whole buffer to `dst` (row-major), waiting for completion.
+  void ToHost(void* dst, size_t nbytes) const;
+  // Waits until the buffer's value is computed; throws the computation's error if any.
+  void Await() const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Buffer* raw_;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+class Executable {
+ public:
+  Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* raw);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+  size_t num_outputs() const { return num_outputs_; }
+  // Runs on one device; outputs are returned in result order. Asynchronous: the
+  // outputs' values become ready later (Buffer::Await / ToHost wait for them).
+  std::vector<BufferPtr> Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args) const;
+  std::string Serialize() const;
+  PJRT_LoadedExecutable* raw() const { return raw_; }
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_LoadedExecutable* raw_;
+  size_t num_outputs_ = 0;
+};
+using ExecutablePtr = std::shared_ptr<Executable>;
+
+struct DeviceMemoryStats {
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes_in_use = -1;
+  int64_t bytes_limit = -1;
+};
+
+class Client {
+ public:
+  // `cpu_device_count` > 0 is passed as the CPU plugin's create option; other plugins get none.
+  Client(std::shared_ptr<Plugin> plugin, int64_t cpu_device_count);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::shared_ptr<Plugin>& plugin() const { return plugin_; }
+  const std::string& platform_name() const { return platform_name_; }
+  const std::string& platform_version() const { return platform_version_; }
+  const std::vector<PJRT_Device*>& devices() const { return devices_; }
+  PJRT_Device* device(size_t index) const;
+  std::string device_kind(size_t index) const;
+
+  BufferPtr FromHost(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                     size_t device_index) const;
+  BufferPtr CopyToDevice(const Buffer& src, size_t device_index) const;
+  ExecutablePtr Compile(const std::string& mlir_text, const std::string& compile_options) const;
+  ExecutablePtr Deserialize(const std::string& bytes) const;
+  // Plugins without memory statistics (the CPU plugin) return nullopt-like: bytes_limit < 0.
+  bool MemoryStats(size_t device_index, DeviceMemoryStats* out) const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Client* raw_ = nullptr;
+  std::string platform_name_, platform_version_;
+  std::vector<PJRT_Device*> devices_;
+};
+
+// CompileOptionsProto for a portable single-device executable (run on any device through
+// execute_device). Hand-encoded protobuf wire format; never empty (the CPU plugin aborts
+// on an empty one).
+std::string PortableCompileOptions();
+
+size_t ElementSize(PJRT_Buffer_Type type);
+
+}  // namespace tpu::pjrt

@@ -1,0 +1,44 @@
+#include "metrics.h"
+
+namespace tpu::runtime {
+
+Metrics& GetMetrics() {
+  static Metrics* metrics = new Metrics();  // never destroyed: used during interpreter exit
+  return *metrics;
+}
+
+void Metrics::CountFallback(const std::string& op) {
+  fallback_total++;
+  std::lock_guard<std::mutex> lock(mu);
+  fallback_by_op[op]++;
+}
+
+void Metrics::CountSync(const std::string& cause) {
+  host_syncs++;
+  std::lock_guard<std::mutex> lock(mu);
+  sync_by_cause[cause]++;
+}
+
+std::map<std::string, int64_t> Metrics::fallbacks() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return fallback_by_op;
+}
+
+std::map<std::string, int64_t> Metrics::syncs() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return sync_by_cause;
+}
+
+void Metrics::Reset() {
+  for (auto* c : {&ops_dispatched, &signature_hits, &signature_misses, &programs_compiled,
+                  &compile_cache_hits, &compile_time_us, &slowest_compile_us, &executions,
+                  &host_to_device_bytes, &device_to_host_bytes, &host_syncs, &fallback_total}) {
+    c->store(0);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  fallback_by_op.clear();
+  sync_by_cause.clear();
+  slowest_compile_op.clear();
+}
+
+}  // namespace tpu::runtime

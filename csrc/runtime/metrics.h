@@ -1,0 +1,40 @@
+// Counters a user can read (torch_tpu.metrics()). Plain atomics: cheap on the dispatch path.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace tpu::runtime {
+
+struct Metrics {
+  std::atomic<int64_t> ops_dispatched{0};
+  std::atomic<int64_t> signature_hits{0};
+  std::atomic<int64_t> signature_misses{0};
+  std::atomic<int64_t> programs_compiled{0};
+  std::atomic<int64_t> compile_cache_hits{0};  // same module text compiled before
+  std::atomic<int64_t> compile_time_us{0};
+  std::atomic<int64_t> slowest_compile_us{0};
+  std::atomic<int64_t> executions{0};
+  std::atomic<int64_t> host_to_device_bytes{0};
+  std::atomic<int64_t> device_to_host_bytes{0};
+  std::atomic<int64_t> host_syncs{0};
+  std::atomic<int64_t> fallback_total{0};
+
+  void CountFallback(const std::string& op);
+  void CountSync(const std::string& cause);
+  std::map<std::string, int64_t> fallbacks() const;
+  std::map<std::string, int64_t> syncs() const;
+  void Reset();
+
+  std::string slowest_compile_op;
+  mutable std::mutex mu;
+  std::map<std::string, int64_t> fallback_by_op;
+  std::map<std::string, int64_t> sync_by_cause;
+};
+
+Metrics& GetMetrics();
+
+}  // namespace tpu::runtime

@@ -1,0 +1,167 @@
+#include "runtime.h"
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "metrics.h"
+
+namespace tpu::runtime {
+namespace {
+
+RuntimeConfig& PendingConfig() {
+  static RuntimeConfig config;
+  return config;
+}
+std::mutex g_runtime_mu;
+Runtime* g_runtime = nullptr;
+
+}  // namespace
+
+PJRT_Buffer_Type ToPjrt(shlo::ElemType t) {
+  using shlo::ElemType;
+  switch (t) {
+    case ElemType::Pred: return PJRT_Buffer_Type_PRED;
+    case ElemType::S8: return PJRT_Buffer_Type_S8;
+    case ElemType::S16: return PJRT_Buffer_Type_S16;
+    case ElemType::S32: return PJRT_Buffer_Type_S32;
+    case ElemType::S64: return PJRT_Buffer_Type_S64;
+    case ElemType::U8: return PJRT_Buffer_Type_U8;
+    case ElemType::U16: return PJRT_Buffer_Type_U16;
+    case ElemType::U32: return PJRT_Buffer_Type_U32;
+    case ElemType::U64: return PJRT_Buffer_Type_U64;
+    case ElemType::F16: return PJRT_Buffer_Type_F16;
+    case ElemType::BF16: return PJRT_Buffer_Type_BF16;
+    case ElemType::F32: return PJRT_Buffer_Type_F32;
+    case ElemType::F64: return PJRT_Buffer_Type_F64;
+    case ElemType::C64: return PJRT_Buffer_Type_C64;
+    case ElemType::C128: return PJRT_Buffer_Type_C128;
+  }
+  return PJRT_Buffer_Type_INVALID;
+}
+
+pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (buffer) return buffer;
+  elem = elem_if_new;
+  std::vector<char> zeros(nbytes, 0);
+  buffer = Runtime::Get().client().FromHost(zeros.data(), ToPjrt(elem), {numel()}, device);
+  return buffer;
+}
+
+void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e) {
+  std::lock_guard<std::mutex> lock(mu);
+  buffer = std::move(b);
+  elem = e;
+}
+
+void TpuStorage::ReadBytes(void* dst) const {
+  pjrt::BufferPtr b;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));
+    b = buffer;
+  }
+  if (!b) {
+    std::memset(dst, 0, nbytes);
+    return;
+  }
+  b->ToHost(dst, nbytes);
+  GetMetrics().device_to_host_bytes += static_cast<int64_t>(nbytes);
+}
+
+void Runtime::Configure(const RuntimeConfig& config) {
+  std::lock_guard<std::mutex> lock(g_runtime_mu);
+  if (g_runtime == nullptr) PendingConfig() = config;
+}
+
+bool Runtime::Initialized() {
+  std::lock_guard<std::mutex> lock(g_runtime_mu);
+  return g_runtime != nullptr;
+}
+
+Runtime& Runtime::Get() {
+  // Fast path without the lock once created; creation is guarded.
+  Runtime* r = __atomic_load_n(&g_runtime, __ATOMIC_ACQUIRE);
+  if (r) return *r;
+  std::lock_guard<std::mutex> lock(g_runtime_mu);
+  if (g_runtime == nullptr) {
+    // Never destroyed: plugin threads and PyTorch tensors may outlive static destructors.
+    __atomic_store_n(&g_runtime, new Runtime(PendingConfig()), __ATOMIC_RELEASE);
+  }
+  return *g_runtime;
+}
+
+Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
+  if (config_.plugin_path.empty()) {
+    throw pjrt::Error("no PJRT plugin configured (set TORCH_TPU_PJRT_PLUGIN or install xla-cpu-pjrt)", 5);
+  }
+  auto plugin = pjrt::Plugin::Load(config_.plugin_path);
+  // Only the CPU plugin knows cpu_device_count; it is the one whose path says so.
+  bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;
+  client_ = std::make_unique<pjrt::Client>(plugin, is_cpu_plugin ? config_.num_devices : 0);
+  compile_options_ = pjrt::PortableCompileOptions();
+}
+
+pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = executables_.find(module_text);
+    if (it != executables_.end()) {
+      GetMetrics().compile_cache_hits++;
+      return it->second;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  pjrt::ExecutablePtr exe;
+  try {
+    exe = client_->Compile(module_text, compile_options_);
+  } catch (const pjrt::Error& e) {
+    throw pjrt::Error("compiling " + op_name + " failed: " + e.what() + "\n" + module_text, e.code());
+  }
+  int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+  Metrics& m = GetMetrics();
+  m.programs_compiled++;
+  m.compile_time_us += us;
+  if (us > m.slowest_compile_us) {
+    m.slowest_compile_us = us;
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.slowest_compile_op = op_name;
+  }
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  executables_.emplace(module_text, exe);
+  return exe;
+}
+
+size_t Runtime::compiled_programs() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return executables_.size();
+}
+
+uintptr_t Runtime::Register(TpuStorage* s) {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  uintptr_t address = next_address_;
+  // Keep addresses distinct and 64-byte aligned even for empty storages.
+  next_address_ += ((s->nbytes + 63) / 64 + 1) * 64;
+  storages_[address] = s;
+  return address;
+}
+
+void Runtime::Unregister(uintptr_t address) {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  storages_.erase(address);
+}
+
+TpuStorage* Runtime::Lookup(uintptr_t address) {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  auto it = storages_.find(address);
+  return it == storages_.end() ? nullptr : it->second;
+}
+
+void Runtime::ForEachStorage(const std::function<void(TpuStorage*)>& fn) {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  for (auto& [address, storage] : storages_) fn(storage);
+}
+
+void ForEachStorage(const std::function<void(TpuStorage*)>& fn) { Runtime::Get().ForEachStorage(fn); }
+
+}  // namespace tpu::runtime

@@ -1,0 +1,81 @@
+// The process-wide device runtime: the PJRT client, device storages and the compiler.
+// No torch headers: csrc/aten adapts at::Tensor to what is here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../pjrt/pjrt.h"
+#include "../stablehlo/builder.h"
+
+namespace tpu::runtime {
+
+PJRT_Buffer_Type ToPjrt(shlo::ElemType t);
+
+// The memory behind one PyTorch storage: a 1-D device array holding its bytes as elements
+// of `elem`. `buffer` is null until first written (reads then see zeros). Swapping the
+// buffer is how writes land: every tensor viewing this storage sees the new value.
+struct TpuStorage {
+  int device = 0;
+  size_t nbytes = 0;
+  uintptr_t address = 0;  // the fake data pointer PyTorch sees (unique, never dereferenced)
+  std::mutex mu;
+  pjrt::BufferPtr buffer;
+  shlo::ElemType elem = shlo::ElemType::U8;
+
+  int64_t numel() const { return static_cast<int64_t>(nbytes / shlo::ByteSize(elem)); }
+  // The buffer, created as zeros of `elem_if_new` when never written.
+  pjrt::BufferPtr Materialize(shlo::ElemType elem_if_new);
+  void Assign(pjrt::BufferPtr b, shlo::ElemType e);
+  // Raw bytes of the storage (zeros if never written). Waits for pending work.
+  void ReadBytes(void* dst) const;
+};
+
+struct RuntimeConfig {
+  std::string plugin_path;
+  int num_devices = 1;
+};
+
+class Runtime {
+ public:
+  // Set before first use (from Python); later calls are ignored once the client exists.
+  static void Configure(const RuntimeConfig& config);
+  static bool Initialized();
+  static Runtime& Get();  // creates the client on first use; throws pjrt::Error
+
+  pjrt::Client& client() { return *client_; }
+  int device_count() const { return static_cast<int>(client_->devices().size()); }
+  const std::string& platform() const { return client_->platform_name(); }
+  const RuntimeConfig& config() const { return config_; }
+
+  // Compiles (or finds in the memory cache) a module; `op_name` is for errors and metrics.
+  pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name);
+  size_t compiled_programs() const;
+
+  // Address registry: PyTorch hands us data pointers (e.g. Allocator::copy_data).
+  uintptr_t Register(TpuStorage* s);
+  void Unregister(uintptr_t address);
+  TpuStorage* Lookup(uintptr_t address);
+  void ForEachStorage(const std::function<void(TpuStorage*)>& fn);
+
+ private:
+  explicit Runtime(const RuntimeConfig& config);
+  RuntimeConfig config_;
+  std::unique_ptr<pjrt::Client> client_;
+  std::string compile_options_;
+  mutable std::mutex cache_mu_;
+  std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
+  std::mutex address_mu_;
+  uintptr_t next_address_ = uintptr_t{1} << 44;
+  std::unordered_map<uintptr_t, TpuStorage*> storages_;
+};
+
+// Calls `fn` on every live storage (while holding the registry lock).
+void ForEachStorage(const std::function<void(TpuStorage*)>& fn);
+
+}  // namespace tpu::runtime

@@ -1,0 +1,102 @@
+// A small typed builder that prints a StableHLO module as MLIR text (generic op syntax,
+// which every plugin's parser accepts). No torch headers here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpu::shlo {
+
+enum class ElemType { Pred, S8, S16, S32, S64, U8, U16, U32, U64, F16, BF16, F32, F64, C64, C128 };
+
+const char* MlirName(ElemType t);
+size_t ByteSize(ElemType t);
+bool IsFloat(ElemType t);
+bool IsComplex(ElemType t);
+bool IsSigned(ElemType t);   // signed integers
+bool IsUnsigned(ElemType t); // unsigned integers (not pred)
+bool IsInteger(ElemType t);  // signed or unsigned, not pred
+
+struct TensorType {
+  ElemType elem = ElemType::F32;
+  std::vector<int64_t> dims;
+  int64_t rank() const { return static_cast<int64_t>(dims.size()); }
+  int64_t numel() const;
+  std::string str() const;  // tensor<2x3xf32>
+  bool operator==(const TensorType& o) const { return elem == o.elem && dims == o.dims; }
+  bool operator!=(const TensorType& o) const { return !(*this == o); }
+};
+
+struct Value {
+  int id = -1;
+  TensorType type;
+  int member = -1;  // index into a multi-result op's results, -1 for single results
+  bool valid() const { return id >= 0; }
+  std::string ref() const {
+    return "%" + std::to_string(id) + (member < 0 ? "" : "#" + std::to_string(member));
+  }
+};
+
+enum class Cmp { EQ, NE, LT, LE, GT, GE };
+
+class Builder {
+ public:
+  // Function parameters are added in order; all parameters precede the body.
+  Value Param(const TensorType& type);
+  // Emits one op in generic syntax. `attrs` is the text inside {...} (may be empty);
+  // `region` is the text of one region including braces (may be empty).
+  std::vector<Value> Op(const std::string& name, const std::vector<Value>& operands,
+                        const std::vector<TensorType>& results, const std::string& attrs = "",
+                        const std::string& region = "");
+  Value Op1(const std::string& name, const std::vector<Value>& operands, const TensorType& result,
+            const std::string& attrs = "", const std::string& region = "");
+  // The whole module with `results` as the function results.
+  std::string Module(const std::vector<Value>& results) const;
+
+  // Constants: a splat of `v` converted to `type`'s element type (bools: v != 0).
+  Value Constant(double v, const TensorType& type);
+  Value ConstantInt(int64_t v, const TensorType& type);
+  // +inf / -inf (floats) or the largest / smallest value (integers) of `type`.
+  Value Extreme(bool largest, const TensorType& type);
+  Value Iota(const TensorType& type, int64_t dim);
+
+  Value Convert(Value v, ElemType to);
+  Value BitcastConvert(Value v, const TensorType& to);
+  Value Reshape(Value v, const std::vector<int64_t>& dims);
+  Value Transpose(Value v, const std::vector<int64_t>& perm);
+  Value BroadcastInDim(Value v, const std::vector<int64_t>& dims, const std::vector<int64_t>& mapping);
+  // NumPy-style broadcast of `v` to `dims` (trailing dims aligned).
+  Value BroadcastTo(Value v, const std::vector<int64_t>& dims);
+  Value Slice(Value v, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+              const std::vector<int64_t>& strides);
+  Value Pad(Value v, Value pad_value, const std::vector<int64_t>& low,
+            const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+  Value Concatenate(const std::vector<Value>& vs, int64_t dim);
+  Value Compare(Cmp dir, Value a, Value b);
+  Value Select(Value pred, Value on_true, Value on_false);
+  Value Binary(const std::string& op, Value a, Value b);  // op like "add" (no prefix)
+  Value Unary(const std::string& op, Value a);
+  // Reduces `v` over `dims` with the binary op `body_op` (e.g. "add", "maximum"), from `init`.
+  Value Reduce(Value v, Value init, const std::vector<int64_t>& dims, const std::string& body_op);
+  Value DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                   const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                   const std::vector<int64_t>& rhs_contract, ElemType result_elem);
+  // 1-D gather: result[i...] = operand[indices[i...]] for a rank-1 operand.
+  Value Gather1D(Value operand, Value indices);
+  // 1-D scatter that overwrites operand[indices[i]] = updates[i] (rank-1 operand).
+  Value Scatter1D(Value operand, Value indices, Value updates);
+  Value DynamicUpdateSlice(Value operand, Value update, const std::vector<int64_t>& start);
+
+  int NewId() { return next_id_++; }
+
+ private:
+  int next_id_ = 0;
+  std::vector<Value> params_;
+  std::string body_;
+};
+
+std::string JoinInts(const std::vector<int64_t>& v, const char* sep = ", ");
+std::string DenseI64(const std::vector<int64_t>& v);  // array<i64: 1, 2>
+
+}  // namespace tpu::shlo

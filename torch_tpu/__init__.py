@@ -1,0 +1,37 @@
+"""torch-tpu: a native PyTorch device backend for TPUs and other XLA devices.
+
+`import torch` autoloads this package (the `torch.backends` entry point); then
+`torch.device("tpu")` runs PyTorch eagerly through a PJRT plugin.
+"""
+import os
+
+import torch
+
+from . import _C, _plugin
+
+__all__ = ["metrics", "reset_metrics", "native_ops", "platform"]
+
+_C._configure(_plugin.discover(), int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1")))
+torch.utils.rename_privateuse1_backend("tpu")
+
+from . import device as _device_module  # noqa: E402
+
+torch._register_device_module("tpu", _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+_C._register_ops()
+
+from ._metrics import metrics, reset_metrics  # noqa: E402
+
+
+def native_ops():
+    """ATen overloads with a native tpu kernel (everything else falls back to the CPU)."""
+    return sorted(_C._native_ops())
+
+
+def platform():
+    """The PJRT platform that runs the device: 'tpu', 'cuda' or 'cpu'."""
+    return _device_module.get_device_name()
+
+
+def _autoload():
+    """Entry point for torch's backend autoloading; importing this module did the work."""

@@ -1,0 +1,29 @@
+"""Counters a user can read: torch_tpu.metrics() and `python -m torch_tpu metrics`."""
+from . import _C
+
+
+class _Metrics:
+    def __call__(self):
+        """Returns a dict of counters: ops, compiles, cache hits, executions, syncs, fallbacks."""
+        return _C._metrics()
+
+    def reset(self):
+        _C._reset_metrics()
+
+    def report(self):
+        m = self()
+        lines = []
+        for key, value in m.items():
+            if isinstance(value, dict):
+                lines.append(f"{key}:")
+                lines.extend(f"    {k}: {v}" for k, v in sorted(value.items()))
+            else:
+                lines.append(f"{key}: {value}")
+        return "\n".join(lines)
+
+
+metrics = _Metrics()
+
+
+def reset_metrics():
+    metrics.reset()
