@@ -1,0 +1,53 @@
+# One command sets everything up and runs the demo (make demo); one runs the tests (make test).
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS := $(VENV)/.deps-installed
+BUILD_LOCK := /tmp/torch_tpu_build.lock
+XLA_CPU_PJRT := xla-cpu-pjrt==0.0.1
+PYTEST_ARGS ?=
+
+.PHONY: all setup build demo test cpp-test py-test bench clean
+
+all: build
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch 2.13.0 comes from the machine's local wheel cache; it is installed first and alone so
+# that nothing later can pull another torch.
+$(DEPS): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest scikit-build-core ninja cmake
+	touch $(DEPS)
+
+/usr/include/gtest/gtest.h:
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q libgtest-dev; \
+	else echo "libgtest-dev is missing: sudo apt-get install libgtest-dev"; exit 1; fi
+
+setup: $(DEPS)
+
+# Incremental: the CMake build directory under build/ is reused.
+build: $(DEPS)
+	flock $(BUILD_LOCK) $(PY) -m pip install -q --no-build-isolation -e .
+
+demo: build
+	$(PY) examples/demo.py
+
+cpp-test: $(DEPS) /usr/include/gtest/gtest.h
+	$(VENV)/bin/cmake -S . -B build/cpp -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
+		-DPython3_EXECUTABLE=$(abspath $(PY)) -DTORCH_TPU_BUILD_EXTENSION=OFF -DTORCH_TPU_BUILD_TESTS=ON > /dev/null
+	$(VENV)/bin/cmake --build build/cpp
+	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure
+
+py-test: build
+	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+
+test: cpp-test py-test
+
+bench: build
+	$(PY) bench/dispatch.py
+
+clean:
+	rm -rf build
