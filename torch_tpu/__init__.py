@@ -5,7 +5,18 @@
 """
 import os
 
-import torch
+
+def _autoload():
+    """Entry point for torch's backend autoloading; importing this module does the work.
+
+    Defined before `import torch`: when `import torch_tpu` comes first, torch's autoload
+    looks this attribute up on the partially initialised module."""
+
+
+# The plugin logs INFO lines at client creation; keep warnings and errors only.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import torch  # noqa: E402
 
 from . import _C, _plugin
 
@@ -21,6 +32,7 @@ torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 _C._register_ops()
 
 from ._metrics import metrics, reset_metrics  # noqa: E402
+from . import cache  # noqa: E402,F401
 
 
 def native_ops():
@@ -31,7 +43,3 @@ def native_ops():
 def platform():
     """The PJRT platform that runs the device: 'tpu', 'cuda' or 'cpu'."""
     return _device_module.get_device_name()
-
-
-def _autoload():
-    """Entry point for torch's backend autoloading; importing this module did the work."""

@@ -208,8 +208,8 @@ class TpuGenerator final : public c10::GeneratorImpl {
     return t.getIntrusivePtr();
   }
   static c10::DeviceType device_type() { return kTpu; }
+  // The caller holds the generator's mutex (GeneratorImpl::mutex_), as CPU/CUDA kernels do.
   std::pair<uint64_t, uint64_t> Advance(uint64_t increment) {
-    std::lock_guard<std::mutex> lock(mutex_);
     auto state = std::make_pair(seed_, offset_);
     offset_ += (increment + 3) / 4 * 4;  // Philox draws four 32-bit words per counter step
     return state;

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "op_kernel.h"
+#include "../runtime/disk_cache.h"
 #include "../runtime/metrics.h"
 
 namespace py = pybind11;
@@ -20,6 +21,8 @@ py::dict MetricsDict() {
   d["signature_cache_misses"] = m.signature_misses.load();
   d["programs_compiled"] = m.programs_compiled.load();
   d["compile_cache_hits"] = m.compile_cache_hits.load();
+  d["disk_cache_hits"] = m.disk_cache_hits.load();
+  d["disk_cache_misses"] = m.disk_cache_misses.load();
   d["compile_time_s"] = m.compile_time_us.load() / 1e6;
   d["slowest_compile_s"] = m.slowest_compile_us.load() / 1e6;
   {
@@ -73,6 +76,9 @@ PYBIND11_MODULE(_C, m) {
         at::globalContext().defaultGenerator(c10::Device(aten::kTpu, static_cast<c10::DeviceIndex>(index)))));
   });
   m.def("_metrics", &aten::MetricsDict);
+  m.def("_cache_dir", [] { return runtime::Runtime::Get().cache_dir(); });
+  m.def("_cache_root", &runtime::DiskCacheRoot);
+  m.def("_cache_clear", [] { return runtime::DiskCacheClear(runtime::DiskCacheRoot()); });
   m.def("_reset_metrics", [] { runtime::GetMetrics().Reset(); });
   m.def("_native_ops", &aten::NativeOps);
   m.def("_lowered_ops", &lowering::RegisteredOps);

@@ -235,7 +235,13 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
 }
 
 at::Tensor ToMeta(const at::Tensor& t) {
-  if (t.device().type() != kTpu) return t;
+  if (t.device().type() != kTpu) {
+    // A CPU 0-d tensor operand (not a wrapped Python number, which meta functions read as a
+    // number) becomes a meta 0-d tensor: Python meta functions such as masked_fill's reject a
+    // CPU tensor next to meta ones. A 0-d tensor promotes alike on either device.
+    if (t.dim() != 0 || !t.device().is_cpu() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+    return at::empty({}, t.options().device(at::kMeta));
+  }
   int64_t storage_numel = static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size());
   auto base = at::empty({storage_numel}, t.options().device(at::kMeta));
   return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
@@ -261,11 +267,14 @@ c10::IValue ToMetaValue(const c10::IValue& v) {
   return v;
 }
 
-// Runs `op` over meta copies of the first `n` stack arguments; returns the meta stack after.
-torch::jit::Stack RunMeta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t n) {
+// Runs `op` over meta copies of the first `n` stack arguments; returns the meta stack after
+// (the op's returns). `args` (optional) receives the meta arguments, e.g. resized out= tensors.
+torch::jit::Stack RunMeta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t n,
+                          torch::jit::Stack* args = nullptr) {
   torch::jit::Stack meta;
   meta.reserve(n);
   for (size_t i = 0; i < n; ++i) meta.push_back(ToMetaValue(stack[first + i]));
+  if (args) *args = meta;  // shares the meta tensors, which the call resizes in place
   op.callBoxed(meta);
   return meta;
 }
@@ -297,8 +306,8 @@ shlo::TensorType TypeOf(const at::Tensor& t) { return {ToElemType(t.scalar_type(
 std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack, size_t first, const Call& call) {
   auto program = std::make_shared<Program>();
   // Meta inference: validation of the exact variant, result types from the functional op.
-  torch::jit::Stack variant_meta;
-  if (e.variant != Variant::Functional) variant_meta = RunMeta(*e.op, stack, first, e.num_args);
+  torch::jit::Stack variant_meta, variant_args;
+  if (e.variant != Variant::Functional) variant_meta = RunMeta(*e.op, stack, first, e.num_args, &variant_args);
   std::vector<at::Tensor> result_meta;
   size_t num_inputs = e.num_args - e.num_outs;
   if (e.functional) {
@@ -308,7 +317,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
   } else if (e.variant == Variant::Inplace) {
     result_meta.push_back(variant_meta[0].toTensor());
   } else {
-    for (size_t i = num_inputs; i < e.num_args; ++i) result_meta.push_back(variant_meta[i].toTensor());
+    for (size_t i = num_inputs; i < e.num_args; ++i) result_meta.push_back(variant_args[i].toTensor());
   }
 
   // PyTorch's promotion over the inputs (not the out= tensors).
@@ -581,7 +590,8 @@ void Execute(const OpEntry& e, const Program& p, torch::jit::Stack* stack, size_
 
 // Resizes out= tensors as PyTorch's resize_output does (with its warning). True if any changed.
 bool ResizeOuts(const OpEntry& e, torch::jit::Stack* stack, size_t first) {
-  auto meta = RunMeta(*e.op, *stack, first, e.num_args);
+  torch::jit::Stack meta;
+  RunMeta(*e.op, *stack, first, e.num_args, &meta);
   bool changed = false;
   for (size_t i = e.num_args - e.num_outs; i < e.num_args; ++i) {
     if (!(*stack)[first + i].isTensor()) continue;

@@ -47,6 +47,7 @@ constexpr char kTan[] = "chlo.tan";
 constexpr char kTanh[] = "stablehlo.tanh";
 constexpr char kSigmoid[] = "stablehlo.logistic";
 constexpr char kErf[] = "chlo.erf";
+constexpr char kErfc[] = "chlo.erfc";
 constexpr char kFloor[] = "stablehlo.floor";
 constexpr char kCeil[] = "stablehlo.ceil";
 constexpr char kRound[] = "stablehlo.round_nearest_even";  // PyTorch rounds half to even
@@ -92,8 +93,10 @@ std::vector<Value> LowerReciprocal(Ctx& ctx, const Args& a) {
 
 std::vector<Value> LowerRelu(Ctx& ctx, const Args& a) {
   Value x = CastTo(ctx, a.tensor(0), ctx.out());
-  // maximum propagates NaN, as PyTorch's relu does.
-  return {Apply(ctx, "stablehlo.maximum", x, Const(ctx, 0, x))};
+  Value r = Apply(ctx, "stablehlo.maximum", x, Const(ctx, 0, x));
+  if (!IsFloat(x.type.elem)) return {r};
+  // PyTorch's relu keeps NaN; stablehlo.maximum need not (XLA CPU's fast min/max drops it).
+  return {ctx.b.Select(IsNan(ctx, x), x, r)};
 }
 
 std::vector<Value> LowerSilu(Ctx& ctx, const Args& a) {
@@ -102,18 +105,15 @@ std::vector<Value> LowerSilu(Ctx& ctx, const Args& a) {
 }
 
 // gelu(x) = x/2 * (1 + erf(x/sqrt 2)); approximate="tanh": x/2 * (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+// The exact form uses 1 + erf(x/sqrt 2) = erfc(-x/sqrt 2), which keeps its precision for very
+// negative x (1 + erf cancels to a residue of the erf approximation instead of 0).
 std::vector<Value> LowerGelu(Ctx& ctx, const Args& a) {
   Value x = Operand(ctx, a, 0);
   Value half_x = Mul(ctx, x, Const(ctx, 0.5, x));
-  Value inner;
-  if (a.str_or(1, "none") == "tanh") {
-    Value cube = Mul(ctx, Mul(ctx, x, x), x);
-    Value u = Mul(ctx, Const(ctx, std::sqrt(2.0 / M_PI), x), Add(ctx, x, Mul(ctx, Const(ctx, 0.044715, x), cube)));
-    inner = Apply(ctx, kTanh, u);
-  } else {
-    inner = Apply(ctx, kErf, Mul(ctx, x, Const(ctx, M_SQRT1_2, x)));
-  }
-  return Result(ctx, Mul(ctx, half_x, Add(ctx, Const(ctx, 1, x), inner)));
+  if (a.str_or(1, "none") != "tanh") return Result(ctx, Mul(ctx, half_x, Apply(ctx, kErfc, Mul(ctx, x, Const(ctx, -M_SQRT1_2, x)))));
+  Value cube = Mul(ctx, Mul(ctx, x, x), x);
+  Value u = Mul(ctx, Const(ctx, std::sqrt(2.0 / M_PI), x), Add(ctx, x, Mul(ctx, Const(ctx, 0.044715, x), cube)));
+  return Result(ctx, Mul(ctx, half_x, Add(ctx, Const(ctx, 1, x), Apply(ctx, kTanh, u))));
 }
 
 std::vector<Value> LowerGeluBackward(Ctx& ctx, const Args& a) {
@@ -128,7 +128,7 @@ std::vector<Value> LowerGeluBackward(Ctx& ctx, const Args& a) {
     Value right = Mul(ctx, Mul(ctx, half, x), Mul(ctx, Sub(ctx, one, Mul(ctx, t, t)), dinner));
     return Result(ctx, Mul(ctx, g, Add(ctx, left, right)));
   }
-  Value cdf = Mul(ctx, half, Add(ctx, one, Apply(ctx, kErf, Mul(ctx, x, Const(ctx, M_SQRT1_2, x)))));
+  Value cdf = Mul(ctx, half, Apply(ctx, kErfc, Mul(ctx, x, Const(ctx, -M_SQRT1_2, x))));
   Value pdf = Mul(ctx, Const(ctx, 0.5 * M_2_SQRTPI * M_SQRT1_2, x),
                   Apply(ctx, kExp, Mul(ctx, Const(ctx, -0.5, x), Mul(ctx, x, x))));
   return Result(ctx, Mul(ctx, g, Add(ctx, cdf, Mul(ctx, x, pdf))));
@@ -218,8 +218,12 @@ Value FloorDivFloat(Ctx& ctx, Value x, Value y) {
   Value floored = Apply(ctx, kFloor, div);
   Value bump = ctx.b.Compare(Cmp::GT, Sub(ctx, div, floored), Const(ctx, 0.5, x));
   floored = ctx.b.Select(bump, Add(ctx, floored, Const(ctx, 1, x)), floored);
+  // A zero quotient takes the sign of a / b, not of div (-1 // -5 is +0 in PyTorch).
+  Value quotient = Div(ctx, x, y);
+  Value signed_zero = Mul(ctx, zero, Apply(ctx, kSign, quotient));
+  floored = ctx.b.Select(ctx.b.Compare(Cmp::EQ, div, zero), signed_zero, floored);
   // b == 0: PyTorch returns a / b (inf or nan).
-  return ctx.b.Select(ctx.b.Compare(Cmp::EQ, y, zero), Div(ctx, x, y), floored);
+  return ctx.b.Select(ctx.b.Compare(Cmp::EQ, y, zero), quotient, floored);
 }
 
 Value FloorDivInt(Ctx& ctx, Value x, Value y) {
@@ -479,6 +483,7 @@ TPU_LOWERING("aten::pow.Tensor_Tensor", LowerPow);
 TPU_LOWERING("aten::reciprocal", LowerReciprocal);
 TPU_LOWERING("aten::relu", LowerRelu);
 TPU_LOWERING("aten::remainder.Scalar", LowerRemainder);
+TPU_LOWERING("aten::remainder.Scalar_Tensor", LowerRemainder);
 TPU_LOWERING("aten::remainder.Tensor", LowerRemainder);
 TPU_LOWERING("aten::round", LowerRounding<kRound>);
 TPU_LOWERING("aten::rsqrt", LowerUnary<kRsqrt>);
@@ -486,6 +491,7 @@ TPU_LOWERING("aten::rsub.Scalar", LowerRsub);
 TPU_LOWERING("aten::rsub.Tensor", LowerRsub);
 TPU_LOWERING("aten::sigmoid", LowerUnary<kSigmoid>);
 TPU_LOWERING("aten::sigmoid_backward", LowerSigmoidBackward);
+TPU_LOWERING("aten::sgn", LowerUnaryKeepType<kSign>);  // sgn is sign on real types
 TPU_LOWERING("aten::sign", LowerUnaryKeepType<kSign>);
 TPU_LOWERING("aten::silu", LowerSilu);
 TPU_LOWERING("aten::silu_backward", LowerSiluBackward);

@@ -100,12 +100,30 @@ NllPieces Nll(Ctx& ctx, Value target, Value weight, int64_t ignore_index, int64_
   return {onehot, w};
 }
 
-// nll_loss_forward(x, target, weight?, reduction, ignore_index) -> (output, total_weight)
+// The class dim of an nll input: 0 for [C], else 1 ([N, C] or nll_loss2d's [N, C, H, W]).
+int64_t ClassDim(const Value& x) { return x.type.rank() == 1 ? 0 : 1; }
+
+// The permutation that moves the class dim last: [N, C, H, W] -> [N, H, W, C].
+std::vector<int64_t> ClassesLast(int64_t rank) {
+  std::vector<int64_t> perm = {0};
+  for (int64_t i = 2; i < rank; ++i) perm.push_back(i);
+  if (rank > 1) perm.push_back(1);
+  return perm;
+}
+
+// x as [samples, classes]: every position of a spatial input is one sample.
+Value AsSamples(Ctx& ctx, Value x) {
+  if (x.type.rank() > 2) x = ctx.b.Transpose(x, ClassesLast(x.type.rank()));
+  int64_t c = x.type.dims.back();
+  return ctx.b.Reshape(x, {x.type.numel() / c, c});
+}
+
+// nll_loss_forward / nll_loss2d_forward(x, target, weight?, reduction, ignore_index)
+//   -> (output, total_weight)
 std::vector<Value> LowerNllLoss(Ctx& ctx, const Args& a) {
-  Value x = a.tensor(0);
   ElemType acc = AccumulatorType(ctx.out().elem);
-  int64_t c = x.type.dims.back(), n = x.type.rank() == 1 ? 1 : x.type.dims[0];
-  x = ctx.b.Reshape(ConvertTo(ctx, x, acc), {n, c});
+  Value x = AsSamples(ctx, ConvertTo(ctx, a.tensor(0), acc));
+  int64_t n = x.type.dims[0], c = x.type.dims[1];
   NllPieces p = Nll(ctx, a.tensor(1), a.optional_tensor(2), a.int_(4), n, c, acc);
   Value picked = SumOver(ctx, ctx.b.Select(p.onehot, x, ctx.b.Constant(0, x.type)), {1});
   Value loss = ctx.b.Unary("negate", Bin(ctx, "multiply", picked, p.weights));
@@ -119,11 +137,11 @@ std::vector<Value> LowerNllLoss(Ctx& ctx, const Args& a) {
           ctx.b.Reshape(ConvertTo(ctx, total, ctx.out(1).elem), ctx.out(1).dims)};
 }
 
-// nll_loss_backward(g, x, target, weight?, reduction, ignore_index, total_weight)
+// nll_loss_backward / nll_loss2d_backward(g, x, target, weight?, reduction, ignore_index, total_weight)
 std::vector<Value> LowerNllLossBackward(Ctx& ctx, const Args& a) {
   Value x = a.tensor(1);
   ElemType acc = AccumulatorType(ctx.out().elem);
-  int64_t c = x.type.dims.back(), n = x.type.rank() == 1 ? 1 : x.type.dims[0];
+  int64_t c = x.type.dims[ClassDim(x)], n = x.type.numel() / c;
   NllPieces p = Nll(ctx, a.tensor(2), a.optional_tensor(3), a.int_(5), n, c, acc);
   Value g = ConvertTo(ctx, a.tensor(0), acc);
   int64_t reduction = a.int_(4);
@@ -137,7 +155,13 @@ std::vector<Value> LowerNllLossBackward(Ctx& ctx, const Args& a) {
   }
   Value coef = ctx.b.Unary("negate", Bin(ctx, "multiply", per_sample, p.weights));
   Value grad = ctx.b.Select(p.onehot, ctx.b.BroadcastInDim(coef, {n, c}, {0}), ctx.b.Constant(0, {acc, {n, c}}));
-  return {ctx.b.Reshape(ConvertTo(ctx, grad, ctx.out().elem), ctx.out().dims)};
+  grad = ConvertTo(ctx, grad, ctx.out().elem);
+  if (x.type.rank() <= 2) return {ctx.b.Reshape(grad, ctx.out().dims)};
+  // Back from [samples, C] to [N, H, W, C], then to [N, C, H, W].
+  std::vector<int64_t> perm = ClassesLast(x.type.rank()), last_dims, inverse(perm.size());
+  for (int64_t d : perm) last_dims.push_back(x.type.dims[d]);
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return {ctx.b.Transpose(ctx.b.Reshape(grad, last_dims), inverse)};
 }
 
 // mse_loss(x, t, reduction) = reduce((x - t)^2)
@@ -244,6 +268,8 @@ TPU_LOWERING("aten::mse_loss", LowerMseLoss);
 TPU_LOWERING("aten::mse_loss_backward", LowerMseLossBackward);
 TPU_LOWERING("aten::native_layer_norm", LowerLayerNorm);
 TPU_LOWERING("aten::native_layer_norm_backward", LowerLayerNormBackward);
+TPU_LOWERING("aten::nll_loss2d_backward", LowerNllLossBackward);
+TPU_LOWERING("aten::nll_loss2d_forward", LowerNllLoss);
 TPU_LOWERING("aten::nll_loss_backward", LowerNllLossBackward);
 TPU_LOWERING("aten::nll_loss_forward", LowerNllLoss);
 

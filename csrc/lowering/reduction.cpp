@@ -1,5 +1,6 @@
 // Reductions: one ReduceWith rule shared by sum, prod, amax, amin, any, all; arg-reductions
 // find the first index that attains the extreme. f16/bf16 accumulate in f32.
+#include <cmath>
 #include <numeric>
 
 #include "lowering.h"
@@ -73,13 +74,17 @@ std::vector<Value> LowerMeanAll(Ctx& ctx, const Args& a) {
   return {Mean(ctx, x, AllDims(x.type.rank()))};
 }
 
-// max/min over dims; NaN wins (stablehlo.maximum propagates NaN).
+// max/min over dims; NaN wins, as in PyTorch. XLA's CPU backend compiles maximum/minimum
+// without NaN propagation by default (xla_cpu_enable_fast_min_max), so NaN is put back.
 template <bool kMax>
 Value Extremum(Ctx& ctx, Value x, const std::vector<int64_t>& dims) {
   ElemType e = x.type.elem;
   Value init = ctx.b.Extreme(!kMax, {e, {}});
   const char* op = e == ElemType::Pred ? (kMax ? "or" : "and") : (kMax ? "maximum" : "minimum");
-  return ctx.b.Reduce(x, init, dims, op);
+  Value r = ctx.b.Reduce(x, init, dims, op);
+  if (!IsFloat(e)) return r;
+  Value any_nan = ctx.b.Reduce(ctx.b.Compare(Cmp::NE, x, x), ctx.b.Constant(0, {ElemType::Pred, {}}), dims, "or");
+  return ctx.b.Select(any_nan, ctx.b.Constant(NAN, r.type), r);
 }
 
 template <bool kMax>
@@ -161,12 +166,12 @@ std::vector<Value> LowerAnyAllDims(Ctx& ctx, const Args& a) {
   return {AnyAll<kAny>(ctx, x, ReduceDims(a, 1, x.type.rank()))};
 }
 
-// var/std with Bessel-style correction: sum((x - mean)^2) / max(N - correction, 0).
+// var/std with Bessel-style correction: sum((x - mean)^2) / max(N - correction, 0). The
+// correction is a Scalar, so it arrives as a run-time 0-d operand (default 1).
 template <bool kStd>
 std::vector<Value> LowerVar(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0);
   std::vector<int64_t> dims = ReduceDims(a, 1, x.type.rank());
-  double correction = a.is_none(2) ? 1.0 : a.double_(2);
   ElemType acc = AccumulatorType(ctx.out().elem);
   x = ConvertTo(ctx, x, acc);
   int64_t n = 1;
@@ -182,8 +187,10 @@ std::vector<Value> LowerVar(Ctx& ctx, const Args& a) {
   }
   Value centered = ctx.b.Binary("subtract", x, ctx.b.BroadcastInDim(mean_r, x.type.dims, mapping));
   Value sq = ctx.b.Reduce(ctx.b.Binary("multiply", centered, centered), zero, dims, "add");
-  double denom = std::max(static_cast<double>(n) - correction, 0.0);
-  Value v = ctx.b.Binary("divide", sq, ctx.b.Constant(denom, sq.type));
+  Value correction = a.is_none(2) ? ctx.b.Constant(1, sq.type) : CastTo(ctx, a.tensor(2), sq.type);
+  Value denom = ctx.b.Binary("subtract", ctx.b.Constant(static_cast<double>(n), sq.type), correction);
+  denom = ctx.b.Binary("maximum", denom, ctx.b.Constant(0, sq.type));
+  Value v = ctx.b.Binary("divide", sq, denom);
   if (kStd) v = ctx.b.Unary("sqrt", v);
   return {ctx.b.Reshape(ConvertTo(ctx, v, ctx.out().elem), ctx.out().dims)};
 }

@@ -1,4 +1,4 @@
-// Ops that move data between positions: concatenation, padding, selection by index.
+// Ops that move data between positions: concatenation, padding, masked selection.
 #include "lowering.h"
 
 namespace tpu::lowering {
@@ -33,28 +33,6 @@ std::vector<Value> LowerConstantPad(Ctx& ctx, const Args& a) {
   return {ctx.b.Pad(x, value, low, high, interior)};
 }
 
-// index_select(x, dim, index) = x gathered along dim.
-std::vector<Value> LowerIndexSelect(Ctx& ctx, const Args& a) {
-  Value x = a.tensor(0);
-  int64_t r = x.type.rank();
-  if (r == 0) return {ctx.b.Reshape(x, ctx.out().dims)};
-  int64_t dim = WrapDim(a.int_(1), r);
-  Value index = ConvertTo(ctx, a.tensor(2), ElemType::S64);
-  int64_t n = index.type.numel();
-  index = ctx.b.Reshape(index, {n, 1});
-  std::vector<int64_t> offset_dims, slice_sizes = x.type.dims;
-  for (int64_t i = 0; i < r; ++i)
-    if (i != dim) offset_dims.push_back(i);
-  slice_sizes[dim] = 1;
-  std::vector<int64_t> out_dims = x.type.dims;
-  out_dims[dim] = n;
-  std::string attrs = "dimension_numbers = #stablehlo.gather<offset_dims = [" + shlo::JoinInts(offset_dims) +
-                      "], collapsed_slice_dims = [" + std::to_string(dim) + "], start_index_map = [" +
-                      std::to_string(dim) + "], index_vector_dim = 1>, slice_sizes = " + shlo::DenseI64(slice_sizes) +
-                      ", indices_are_sorted = false";
-  return {ctx.b.Reshape(ctx.b.Op1("stablehlo.gather", {x, index}, {x.type.elem, out_dims}, attrs), ctx.out().dims)};
-}
-
 // masked_fill(x, mask, value) = mask ? value : x
 std::vector<Value> LowerMaskedFill(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
@@ -66,7 +44,6 @@ std::vector<Value> LowerMaskedFill(Ctx& ctx, const Args& a) {
 
 TPU_LOWERING("aten::cat", LowerCat);
 TPU_LOWERING("aten::constant_pad_nd", LowerConstantPad);
-TPU_LOWERING("aten::index_select", LowerIndexSelect);
 TPU_LOWERING("aten::masked_fill.Scalar", LowerMaskedFill);
 TPU_LOWERING("aten::masked_fill.Tensor", LowerMaskedFill);
 

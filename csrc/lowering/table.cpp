@@ -78,6 +78,9 @@ Value ConvertTo(Ctx& ctx, Value v, ElemType elem) {
   if (v.type.elem == elem) return v;
   // PyTorch casts float to bool as `x != 0`, while stablehlo.convert is the same; integer to
   // bool likewise. Float to integer truncates toward zero in both.
+  // bool goes to float through s32: XLA rewrites convert(pred) * y and x / convert(pred) as
+  // selects, which turn False * inf and False / False into 0 where PyTorch gives NaN.
+  if (v.type.elem == ElemType::Pred && IsFloat(elem)) v = ctx.b.Convert(v, ElemType::S32);
   return ctx.b.Convert(v, elem);
 }
 

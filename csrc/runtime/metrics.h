@@ -15,6 +15,8 @@ struct Metrics {
   std::atomic<int64_t> signature_misses{0};
   std::atomic<int64_t> programs_compiled{0};
   std::atomic<int64_t> compile_cache_hits{0};  // same module text compiled before
+  std::atomic<int64_t> disk_cache_hits{0};
+  std::atomic<int64_t> disk_cache_misses{0};
   std::atomic<int64_t> compile_time_us{0};
   std::atomic<int64_t> slowest_compile_us{0};
   std::atomic<int64_t> executions{0};

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "disk_cache.h"
 #include "metrics.h"
 
 namespace tpu::runtime {
@@ -100,6 +101,8 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;
   client_ = std::make_unique<pjrt::Client>(plugin, is_cpu_plugin ? config_.num_devices : 0);
   compile_options_ = pjrt::PortableCompileOptions();
+  cache_dir_ = DiskCacheDir(client_->platform_name(), client_->platform_version(), plugin->api_major(),
+                            plugin->api_minor());
 }
 
 pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
@@ -111,6 +114,23 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
       return it->second;
     }
   }
+  Metrics& m = GetMetrics();
+  std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, compile_options_);
+  if (!key.empty()) {
+    std::string bytes;
+    if (DiskCacheRead(cache_dir_, key, &bytes)) {
+      try {
+        pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
+        m.disk_cache_hits++;
+        std::lock_guard<std::mutex> lock(cache_mu_);
+        executables_.emplace(module_text, exe);
+        return exe;
+      } catch (const pjrt::Error&) {
+        // A file from another plugin build, or damaged: compile and overwrite it.
+      }
+    }
+    m.disk_cache_misses++;
+  }
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
@@ -118,8 +138,14 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   } catch (const pjrt::Error& e) {
     throw pjrt::Error("compiling " + op_name + " failed: " + e.what() + "\n" + module_text, e.code());
   }
+  if (!key.empty()) {
+    try {
+      DiskCacheWrite(cache_dir_, key, exe->Serialize());
+    } catch (const std::exception&) {
+      // The disk cache is an optimisation: a full disk or a read-only home never fails an op.
+    }
+  }
   int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-  Metrics& m = GetMetrics();
   m.programs_compiled++;
   m.compile_time_us += us;
   if (us > m.slowest_compile_us) {

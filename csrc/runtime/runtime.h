@@ -53,8 +53,11 @@ class Runtime {
   const std::string& platform() const { return client_->platform_name(); }
   const RuntimeConfig& config() const { return config_; }
 
-  // Compiles (or finds in the memory cache) a module; `op_name` is for errors and metrics.
+  // Compiles a module, or finds it in the memory cache, or loads it from the disk cache
+  // ($TORCH_TPU_CACHE_DIR); `op_name` is for errors and metrics.
   pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name);
+  // Folder of this plugin's disk cache ("" when disabled).
+  const std::string& cache_dir() const { return cache_dir_; }
   size_t compiled_programs() const;
 
   // Address registry: PyTorch hands us data pointers (e.g. Allocator::copy_data).
@@ -68,6 +71,7 @@ class Runtime {
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
+  std::string cache_dir_;
   mutable std::mutex cache_mu_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
   std::mutex address_mu_;

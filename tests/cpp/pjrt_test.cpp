@@ -1,0 +1,269 @@
+// csrc/pjrt on the CPU plugin: loading, clients and devices, transfers, compile and
+// execute, serialization, errors, and that nothing leaks.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace tpu::test {
+namespace {
+
+using pjrt::Error;
+
+// out = a + b, and a second result a * b, over two tensor<4xf32> parameters.
+const char kAddMul[] = R"(module @add attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%0: tensor<4xf32>, %1: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+    %2 = "stablehlo.add"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %3 = "stablehlo.multiply"(%0, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    "func.return"(%2, %3) : (tensor<4xf32>, tensor<4xf32>) -> ()
+  }
+}
+)";
+
+const shlo::TensorType kF32x4{shlo::ElemType::F32, {4}};
+
+std::vector<float> ReadF32(const pjrt::Buffer& b) { return FromDevice(b, kF32x4).As<float>(); }
+
+// Runs kAddMul on `device` and checks both results.
+void CheckAddMul(const pjrt::Executable& exe, size_t device) {
+  auto a = ToDevice(HostTensor::Of<float>({1, 2, 3, 4}, {4}), device);
+  auto b = ToDevice(HostTensor::Of<float>({10, 20, 30, -4}, {4}), device);
+  auto outs = exe.Execute(TestClient().device(device), {a->raw(), b->raw()});
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(ReadF32(*outs[0]), (std::vector<float>{11, 22, 33, 0}));
+  EXPECT_EQ(ReadF32(*outs[1]), (std::vector<float>{10, 40, 90, -16}));
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+TEST(PjrtPlugin, LoadsAndReportsApiVersion) {
+  auto plugin = TestPlugin();
+  ASSERT_NE(plugin->api(), nullptr);
+  EXPECT_EQ(plugin->api_major(), PJRT_API_MAJOR);
+  EXPECT_GE(plugin->api_minor(), 0);
+  EXPECT_EQ(plugin->path(), PluginPath());
+}
+
+TEST(PjrtPlugin, MissingFileNamesPathAndReason) {
+  const std::string path = "/nonexistent/dir/not_a_plugin.so";
+  try {
+    pjrt::Plugin::Load(path);
+    FAIL() << "loading a missing plugin did not throw";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;  // dlerror's reason
+  }
+}
+
+TEST(PjrtPlugin, LibraryWithoutGetPjrtApiIsRejected) {
+  try {
+    pjrt::Plugin::Load("libm.so.6");
+    FAIL() << "a library without GetPjrtApi loaded as a plugin";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("libm.so.6"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("GetPjrtApi"), std::string::npos) << msg;
+  }
+}
+
+TEST(PjrtClient, TwoCpuDevices) {
+  pjrt::Client& client = TestClient();
+  EXPECT_EQ(client.platform_name(), "cpu");
+  EXPECT_FALSE(client.platform_version().empty());
+  ASSERT_EQ(client.devices().size(), 2u);
+  EXPECT_NE(client.device(0), client.device(1));
+  EXPECT_FALSE(client.device_kind(0).empty());
+  EXPECT_THROW(client.device(2), Error);
+}
+
+TEST(PjrtClient, DeviceCountOptionIsPassed) {
+  pjrt::Client three(TestPlugin(), 3);
+  EXPECT_EQ(three.devices().size(), 3u);
+  pjrt::Client one(TestPlugin(), 1);
+  EXPECT_EQ(one.devices().size(), 1u);
+}
+
+TEST(PjrtClient, MemoryStatsDoesNotThrow) {
+  pjrt::DeviceMemoryStats stats;
+  if (TestClient().MemoryStats(0, &stats)) {
+    EXPECT_GE(stats.bytes_in_use, 0);
+  }
+}
+
+// Writes `bytes` of `type` to device 1, checks the buffer's metadata, reads it back.
+void RoundTrip(PJRT_Buffer_Type type, const std::vector<int64_t>& dims, const std::vector<uint8_t>& bytes) {
+  auto buffer = TestClient().FromHost(bytes.data(), type, dims, 1);
+  EXPECT_EQ(buffer->dims(), dims);
+  EXPECT_EQ(buffer->element_type(), type);
+  std::vector<uint8_t> back(bytes.size(), 0xAB);
+  buffer->ToHost(back.data(), back.size());
+  EXPECT_EQ(back, bytes);
+}
+
+template <typename T>
+std::vector<uint8_t> Bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+TEST(PjrtBuffer, HostRoundTripF32) {
+  RoundTrip(PJRT_Buffer_Type_F32, {2, 3},
+            Bytes<float>({1.5f, -2.25f, 0.f, INFINITY, -0.f, 3.4e38f}));
+  EXPECT_EQ(pjrt::ElementSize(PJRT_Buffer_Type_F32), 4u);
+}
+
+TEST(PjrtBuffer, HostRoundTripI64) {
+  RoundTrip(PJRT_Buffer_Type_S64, {3}, Bytes<int64_t>({INT64_MIN, -1, INT64_MAX}));
+  EXPECT_EQ(pjrt::ElementSize(PJRT_Buffer_Type_S64), 8u);
+}
+
+TEST(PjrtBuffer, HostRoundTripBf16) {
+  // 1.0, -2.0, +inf, NaN, the smallest subnormal as raw bf16 bits.
+  RoundTrip(PJRT_Buffer_Type_BF16, {5}, Bytes<uint16_t>({0x3F80, 0xC000, 0x7F80, 0x7FC0, 0x0001}));
+  EXPECT_EQ(pjrt::ElementSize(PJRT_Buffer_Type_BF16), 2u);
+}
+
+TEST(PjrtBuffer, HostRoundTripPred) {
+  RoundTrip(PJRT_Buffer_Type_PRED, {2, 2}, {1, 0, 0, 1});
+  EXPECT_EQ(pjrt::ElementSize(PJRT_Buffer_Type_PRED), 1u);
+}
+
+TEST(PjrtBuffer, ScalarAndEmpty) {
+  RoundTrip(PJRT_Buffer_Type_F32, {}, Bytes<float>({42.f}));
+  auto empty = TestClient().FromHost(nullptr, PJRT_Buffer_Type_F32, {0, 3}, 0);
+  EXPECT_EQ(empty->dims(), (std::vector<int64_t>{0, 3}));
+}
+
+TEST(PjrtBuffer, HostMemoryIsFreeAfterFromHost) {
+  std::vector<float> host = {1, 2, 3, 4};
+  auto buffer = TestClient().FromHost(host.data(), PJRT_Buffer_Type_F32, {4}, 0);
+  host.assign(4, -1.f);  // the plugin copied during the call
+  EXPECT_EQ(ReadF32(*buffer), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(PjrtBuffer, CopyToDevice) {
+  auto src = ToDevice(HostTensor::Of<float>({5, 6, 7, 8}, {4}), 0);
+  auto dst = TestClient().CopyToDevice(*src, 1);
+  EXPECT_NE(dst->raw(), src->raw());
+  EXPECT_EQ(ReadF32(*dst), (std::vector<float>{5, 6, 7, 8}));
+  // The copy lives on device 1: a program on device 1 accepts it.
+  auto exe = CompileText(kAddMul);
+  auto outs = exe->Execute(TestClient().device(1), {dst->raw(), dst->raw()});
+  EXPECT_EQ(ReadF32(*outs[0]), (std::vector<float>{10, 12, 14, 16}));
+  src.reset();  // the copy does not depend on its source
+  EXPECT_EQ(ReadF32(*dst), (std::vector<float>{5, 6, 7, 8}));
+}
+
+TEST(PjrtExecutable, PortableCompileOptionsEncoding) {
+  // CompileOptionsProto{executable_build_options(3): {device_ordinal(1): -1, num_replicas(4): 1,
+  // num_partitions(5): 1}, compile_portable_executable(4): true}, byte for byte.
+  std::string build = "\x08" + std::string(9, '\xff') + "\x01" + "\x20\x01\x28\x01";
+  std::string expect = "\x1a" + std::string(1, static_cast<char>(build.size())) + build + "\x20\x01";
+  EXPECT_EQ(pjrt::PortableCompileOptions(), expect);
+}
+
+TEST(PjrtExecutable, CompileAndRunOnBothDevices) {
+  auto exe = CompileText(kAddMul);
+  EXPECT_EQ(exe->num_outputs(), 2u);
+  CheckAddMul(*exe, 0);
+  CheckAddMul(*exe, 1);
+}
+
+TEST(PjrtExecutable, InputsAreNotDonated) {
+  auto exe = CompileText(kAddMul);
+  auto a = ToDevice(HostTensor::Of<float>({1, 2, 3, 4}, {4}));
+  auto outs = exe->Execute(TestClient().device(0), {a->raw(), a->raw()});
+  outs[0]->Await();
+  EXPECT_EQ(ReadF32(*a), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(ReadF32(*outs[0]), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(PjrtExecutable, CompileErrorCarriesMessage) {
+  try {
+    CompileText("module { this is not mlir }");
+    FAIL() << "bad MLIR compiled";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("PJRT_Client_Compile"), std::string::npos) << msg;
+    EXPECT_GT(msg.size(), std::string("PJRT_Client_Compile: ").size() + 5) << msg;
+    EXPECT_NE(e.code(), 0);
+  }
+}
+
+TEST(PjrtExecutable, TypeErrorInModuleIsReported) {
+  // Well-formed MLIR whose add mixes f32 and i32: rejected by the verifier.
+  std::string bad = kAddMul;
+  bad.replace(bad.find("%1: tensor<4xf32>"), 17, "%1: tensor<4xi32>");
+  EXPECT_THROW(CompileText(bad), Error);
+}
+
+TEST(PjrtExecutable, WrongArgumentCountIsAnError) {
+  auto exe = CompileText(kAddMul);
+  auto a = ToDevice(HostTensor::Of<float>({1, 2, 3, 4}, {4}));
+  EXPECT_THROW(
+      {
+        auto outs = exe->Execute(TestClient().device(0), {a->raw()});
+        for (auto& o : outs) o->Await();
+      },
+      Error);
+}
+
+TEST(PjrtExecutable, SerializeDeserializeRoundTrip) {
+  auto exe = CompileText(kAddMul);
+  std::string bytes = exe->Serialize();
+  ASSERT_FALSE(bytes.empty());
+  auto loaded = TestClient().Deserialize(bytes);
+  EXPECT_EQ(loaded->num_outputs(), 2u);
+  CheckAddMul(*loaded, 0);
+  CheckAddMul(*loaded, 1);
+  EXPECT_THROW(TestClient().Deserialize("definitely not an executable"), Error);
+}
+
+TEST(PjrtExecutable, NoLeakOverManyBuffersAndExecutables) {
+  auto exe = CompileText(kAddMul);
+  std::string bytes = exe->Serialize();
+  std::vector<float> host(65536, 1.f);  // 256 KB: leaking it 2000 times shows
+  auto iteration = [&](int i) {
+    auto loaded = (i % 10 == 0) ? TestClient().Deserialize(bytes) : exe;
+    auto a = TestClient().FromHost(host.data(), PJRT_Buffer_Type_F32, {4}, i % 2);
+    auto big = TestClient().FromHost(host.data(), PJRT_Buffer_Type_F32, {65536}, i % 2);
+    auto copy = TestClient().CopyToDevice(*a, (i + 1) % 2);
+    auto outs = loaded->Execute(TestClient().device(i % 2), {a->raw(), a->raw()});
+    float back[4];
+    outs[1]->ToHost(back, sizeof(back));
+    ASSERT_EQ(back[0], 1.f);
+  };
+  for (int i = 0; i < 200; ++i) iteration(i);  // warm up allocators and caches
+  int64_t before = ResidentBytes();
+  for (int i = 0; i < 2000; ++i) iteration(i);
+  int64_t grown = ResidentBytes() - before;
+  // Leaking the 256 KB buffer, or any of the 200 deserialized executables, exceeds this by far.
+  EXPECT_LT(grown, 50ll << 20) << "RSS grew by " << grown << " bytes";
+}
+
+TEST(PjrtExecutable, NoLeakOverManyCompiles) {
+  auto iteration = [] {
+    auto exe = CompileText(kAddMul);
+    auto a = ToDevice(HostTensor::Of<float>({1, 2, 3, 4}, {4}));
+    auto outs = exe->Execute(TestClient().device(0), {a->raw(), a->raw()});
+    outs[0]->Await();
+  };
+  for (int i = 0; i < 20; ++i) iteration();
+  int64_t before = ResidentBytes();
+  for (int i = 0; i < 200; ++i) iteration();
+  int64_t grown = ResidentBytes() - before;
+  EXPECT_LT(grown, 50ll << 20) << "RSS grew by " << grown << " bytes";
+}
+
+}  // namespace
+}  // namespace tpu::test
