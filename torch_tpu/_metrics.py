@@ -1,14 +1,19 @@
 """Counters a user can read: torch_tpu.metrics() and `python -m torch_tpu metrics`."""
-from . import _C
+from . import _C, _compile_stats
 
 
 class _Metrics:
     def __call__(self):
         """Returns a dict of counters: ops, compiles, cache hits, executions, syncs, fallbacks."""
-        return _C._metrics()
+        m = _C._metrics()
+        m.update(_compile_stats.snapshot())
+        m.update(_C._graph_stats())
+        return m
 
     def reset(self):
         _C._reset_metrics()
+        _compile_stats.reset()
+        _C._graph_stats(True)
 
     def report(self):
         m = self()

@@ -15,9 +15,12 @@ _queued_calls = []
 
 
 def _after_fork_in_child():
-    global _in_bad_fork
-    if _initialized:
+    # A forked child cannot use the parent's PJRT client (its threads did not survive the
+    # fork): as with CUDA, the device must not be used there; use the 'spawn' start method.
+    global _in_bad_fork, _initialized
+    if _initialized or _C._initialized():
         _in_bad_fork = True
+        _initialized = False
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -128,11 +131,16 @@ def synchronize(device=None):
 
 # ---- random numbers ----
 def _generator(idx):
+    _lazy_init()  # a runtime that cannot start says why, rather than "no such device"
     return _C._get_default_generator(idx)
 
 
-def default_generators():
-    return tuple(_generator(i) for i in range(device_count()))
+def __getattr__(name):
+    # `torch.tpu.default_generators` is a tuple, as `torch.cuda.default_generators` is; built on
+    # first access so that importing the module does not start the runtime.
+    if name == "default_generators":
+        return tuple(_generator(i) for i in range(device_count()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def manual_seed(seed):
@@ -230,6 +238,11 @@ class Event(torch.Event):
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
         return super().__new__(cls, device=torch.device("tpu", current_device()), enable_timing=enable_timing,
                                blocking=blocking, interprocess=interprocess)
+
+    def elapsed_time(self, end_event):
+        """Milliseconds between this event and `end_event` (both recorded)."""
+        # torch.Event.elapsed_time only accepts an exact torch.Event as its argument.
+        return _C._event_elapsed_time(self, end_event)
 
 
 def current_stream(device=None):

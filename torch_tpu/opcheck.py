@@ -29,6 +29,19 @@ DTYPES = {
 }
 
 
+# Ops whose values are random or unspecified: only shapes and dtypes are compared (the
+# device draws from its own Philox stream, and empty memory holds anything).
+_UNCOMPARABLE_PREFIXES = (
+    "normal", "uniform", "bernoulli", "rand", "cauchy", "exponential", "geometric", "log_normal",
+    "multinomial", "nn.functional.dropout", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu", "empty", "new_empty", "nn.functional.fractional_max_pool",
+)
+
+
+def _uncomparable(op):
+    return op.name.startswith(_UNCOMPARABLE_PREFIXES)
+
+
 class _Timeout(Exception):
     pass
 
@@ -59,7 +72,7 @@ def _tensors(value):
     return []
 
 
-def _compare(actual, expected, dtype):
+def _compare(actual, expected, dtype, values=True):
     a, e = _tensors(actual), _tensors(expected)
     if len(a) != len(e):
         raise AssertionError(f"{len(a)} outputs on tpu, {len(e)} on cpu")
@@ -72,7 +85,8 @@ def _compare(actual, expected, dtype):
             raise AssertionError(f"shape {tuple(x.shape)} vs {tuple(y.shape)}")
         if x.dtype != y.dtype:
             raise AssertionError(f"dtype {x.dtype} vs {y.dtype}")
-        torch.testing.assert_close(x, y, equal_nan=True, check_stride=False)
+        if values:
+            torch.testing.assert_close(x, y, equal_nan=True, check_stride=False)
 
 
 def _fallbacks():
@@ -90,8 +104,8 @@ def check_sample(op, sample, dtype, grad):
     before = _fallbacks()
     tpu_args, tpu_kwargs = _to(args, "tpu"), _to(kwargs, "tpu")
     actual = op(*tpu_args, **tpu_kwargs)
-    _compare(actual, expected, dtype)
-    if grad:
+    _compare(actual, expected, dtype, values=not _uncomparable(op))
+    if grad and not _uncomparable(op):
         outs_c = [t for t in _tensors(expected) if t.requires_grad and t.dtype.is_floating_point]
         outs_t = [t for t in _tensors(actual) if t.requires_grad and t.dtype.is_floating_point]
         if outs_c:

@@ -239,8 +239,8 @@ std::vector<at::Generator>& DefaultGenerators() {
 const at::Generator& DefaultGenerator(c10::DeviceIndex device) {
   auto& gens = DefaultGenerators();
   if (device < 0) device = CurrentDevice();
-  TORCH_CHECK(device >= 0 && static_cast<size_t>(device) < gens.size(), "tpu: invalid device index ", device,
-              " (", gens.size(), " devices)");
+  TORCH_CHECK(device >= 0 && static_cast<size_t>(device) < gens.size(), "tpu: invalid device index ",
+              static_cast<int>(device), ": ", gens.size(), " device(s) available");
   return gens[device];
 }
 

@@ -1,7 +1,10 @@
 // Kernels that are not lowerings: allocation, views (metadata only), copies, resize,
 // reading a scalar. Everything else is the generic kernel or the CPU fallback.
 #include <ATen/EmptyTensor.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/InferSize.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/as_strided_native.h>
@@ -10,10 +13,17 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/alias_native.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_resize_output_native.h>
+#include <ATen/ops/is_set_to_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "common.h"
 #include "op_kernel.h"
@@ -24,6 +34,11 @@ namespace tpu::aten {
 using runtime::GetMetrics;
 using runtime::Runtime;
 using runtime::TpuStorage;
+
+namespace {
+// The name a Python user knows: "torch.float8_e4m3fn".
+std::string DtypeName(c10::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
+}  // namespace
 
 shlo::ElemType ToElemType(c10::ScalarType t) {
   switch (t) {
@@ -43,7 +58,7 @@ shlo::ElemType ToElemType(c10::ScalarType t) {
     case at::kComplexFloat: return shlo::ElemType::C64;
     case at::kComplexDouble: return shlo::ElemType::C128;
     default:
-      TORCH_CHECK_TYPE(false, "tpu: unsupported dtype ", t);
+      TORCH_CHECK_TYPE(false, "tpu: unsupported dtype ", DtypeName(t));
   }
 }
 
@@ -106,7 +121,7 @@ namespace {
 
 void CheckDtype(std::optional<at::ScalarType> dtype) {
   auto t = dtype.value_or(at::get_default_dtype_as_scalartype());
-  TORCH_CHECK_TYPE(IsSupportedDtype(t), "tpu: unsupported dtype ", t);
+  TORCH_CHECK_TYPE(IsSupportedDtype(t), "tpu: unsupported dtype ", DtypeName(t));
 }
 
 c10::DeviceIndex TargetIndex(std::optional<at::Device> device) {
@@ -150,6 +165,23 @@ const at::Tensor& Resize(const at::Tensor& self, at::IntArrayRef size, std::opti
   return self;
 }
 
+// A storage written as raw bytes (torch.load fills untyped storages) is re-typed to the
+// element type of a tensor set onto it, so programs read it without a size-changing bitcast.
+void AdoptElemType(const at::Tensor& self) {
+  if (!IsSupportedDtype(self.scalar_type()) || self.storage().nbytes() == 0) return;
+  TpuStorage* s = StorageOf(self);
+  shlo::ElemType want = ToElemType(self.scalar_type());
+  size_t size = shlo::ByteSize(want);
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    // Only raw bytes: a storage already typed by its tensors keeps its element type.
+    if (!s->buffer || s->elem != shlo::ElemType::U8 || size == 1 || s->nbytes % size != 0) return;
+  }
+  std::vector<char> bytes(s->nbytes);
+  s->ReadBytes(bytes.data());
+  UploadWholeStorage(s, bytes.data(), want);
+}
+
 at::Tensor& SetStorage(at::Tensor& self, c10::Storage source, c10::SymInt offset, c10::SymIntArrayRef size,
                        c10::SymIntArrayRef stride) {
   self.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(source));
@@ -159,6 +191,7 @@ at::Tensor& SetStorage(at::Tensor& self, c10::Storage source, c10::SymInt offset
                                                     self.storage_offset());
   if (needed > self.storage().nbytes() && self.numel() > 0)
     at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), needed);
+  AdoptElemType(self);
   return self;
 }
 
@@ -192,43 +225,109 @@ at::Tensor HostView(const at::Tensor& src) {
 
 at::Tensor CopyInto(const at::Tensor& src, const at::Tensor& dst);
 
+// The same view of the same memory without the lazy conj/neg bits: the values as stored.
+at::Tensor Physical(const at::Tensor& t) {
+  if (!t.is_conj() && !t.is_neg()) return t;
+  at::Tensor raw = at::alias(t);
+  raw._set_conj(false);
+  raw._set_neg(false);
+  return raw;
+}
+
+// Applies the lazy bits of `like` to values without bits. Reading a tensor turns its stored
+// values into its logical ones; writing into one needs the same map (conj and neg are involutions).
+at::Tensor ApplyBits(at::Tensor v, const at::Tensor& like) {
+  if (like.is_conj()) v = at::conj_physical(v);
+  if (like.is_neg()) v = at::neg(v);
+  return v;
+}
+
+// Depth of host-to-device copies staged through a device program on this thread.
+thread_local int t_staged_copy_depth = 0;
+struct StagedCopyScope {
+  StagedCopyScope() { ++t_staged_copy_depth; }
+  ~StagedCopyScope() { --t_staged_copy_depth; }
+};
+
+// Writes `host` (the view's dtype and shape, contiguous) into the view `dst` by reading the
+// whole storage, patching it on the host and uploading it again (its element type kept).
+void WriteViewOnHost(const at::Tensor& dst, const at::Tensor& host) {
+  TpuStorage* s = StorageOf(dst);
+  GetMetrics().CountSync("device_to_host");
+  auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));
+  s->ReadBytes(bytes.data_ptr());
+  auto view = at::empty({0}, dst.options().device(at::kCPU));
+  view.set_(bytes.storage(), dst.storage_offset(), dst.sizes(), dst.strides());
+  view.copy_(host);
+  shlo::ElemType elem = ToElemType(dst.scalar_type());
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->buffer) elem = s->elem;
+  }
+  if (s->nbytes % shlo::ByteSize(elem) != 0) elem = shlo::ElemType::U8;
+  UploadWholeStorage(s, bytes.data_ptr(), elem);
+}
+
 // Handles every copy that involves tpu: host to device, device to host, device to device
-// (also across device indexes), dtype casts, broadcast and arbitrary strides.
+// (also across device indexes), dtype casts, broadcast, arbitrary strides and conj/neg bits.
+// The Conjugate and Negative keys fall through to here (see below), so no clone that resolves
+// the bits (itself a copy) recurses into this kernel.
 at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // PJRT orders transfers after the computations they depend on
   if (self.numel() == 0 && dst.numel() == 0) return dst;
   if (dst.device().type() != kTpu) {
-    dst.copy_(HostView(self));
+    at::Tensor host = HostView(self);
+    host._set_conj(self.is_conj());
+    host._set_neg(self.is_neg());
+    dst.copy_(host);  // a CPU copy: handles casts, broadcast and the bits of both sides
     return dst;
   }
+  // The checks TensorIterator makes for a CPU copy, with the same messages.
+  at::assert_no_internal_overlap(dst);
+  if (self.device() == dst.device()) at::assert_no_partial_overlap(dst, self);
+  at::Tensor out = Physical(dst);
   if (self.device().type() != kTpu) {
     // Host to device: cast and broadcast on the host, upload, then write the view.
-    TORCH_CHECK_TYPE(IsSupportedDtype(dst.scalar_type()), "tpu: unsupported dtype ", dst.scalar_type());
-    at::Tensor host = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
-    auto g = GeometryOf(dst);
-    TpuStorage* s = StorageOf(dst);
+    TORCH_CHECK_TYPE(IsSupportedDtype(dst.scalar_type()), "tpu: unsupported dtype ", DtypeName(dst.scalar_type()));
+    at::Tensor host = ApplyBits(self.resolve_conj().resolve_neg().to(dst.scalar_type()), dst);
+    host = host.expand(dst.sizes()).contiguous();
+    auto g = GeometryOf(out);
+    TpuStorage* s = StorageOf(out);
     if (lowering::IsWholeStorage(g)) {
       UploadWholeStorage(s, host.data_ptr(), ToElemType(dst.scalar_type()));
       return dst;
     }
+    bool other_elem_size;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      other_elem_size = s->buffer && shlo::ByteSize(s->elem) != static_cast<size_t>(dst.element_size());
+    }
+    if (other_elem_size || t_staged_copy_depth > 0) {
+      // A device program cannot write this view (or already failed to: the CPU fallback of
+      // the staged copy below writes back through here). Patch the bytes on the host.
+      WriteViewOnHost(out, host);
+      return dst;
+    }
     c10::DeviceGuard guard(dst.device());
-    at::Tensor staged = at::empty(dst.sizes(), dst.options());
+    at::Tensor staged = at::empty(dst.sizes(), out.options());
     UploadWholeStorage(StorageOf(staged), host.data_ptr(), ToElemType(dst.scalar_type()));
-    CopyInto(staged, dst);
+    StagedCopyScope scope;
+    CopyInto(staged, out);
     return dst;
   }
+  at::Tensor src = Physical(self);
   if (self.device() != dst.device()) {
     // Across devices: move the source's whole storage, then copy within the target device.
-    TpuStorage* s = StorageOf(self);
+    TpuStorage* s = StorageOf(src);
     c10::DeviceGuard guard(dst.device());
-    at::Tensor moved = at::empty({static_cast<int64_t>(s->nbytes / self.element_size())}, self.options().device(dst.device()));
-    pjrt::BufferPtr buffer = s->Materialize(ToElemType(self.scalar_type()));
+    at::Tensor moved = at::empty({static_cast<int64_t>(s->nbytes / src.element_size())},
+                                 src.options().device(dst.device()));
+    pjrt::BufferPtr buffer = s->Materialize(ToElemType(src.scalar_type()));
     StorageOf(moved)->Assign(Runtime::Get().client().CopyToDevice(*buffer, dst.device().index()), s->elem);
-    at::Tensor view = moved.as_strided(self.sizes(), self.strides(), self.storage_offset());
-    CopyInto(view, dst);
-    return dst;
+    src = moved.as_strided(src.sizes(), src.strides(), src.storage_offset());
   }
-  CopyInto(self, dst);
+  c10::DeviceGuard guard(dst.device());
+  CopyInto(ApplyBits(ApplyBits(src, self), dst), out);
   return dst;
 }
 
@@ -251,21 +350,148 @@ at::Tensor CopyInto(const at::Tensor& src, const at::Tensor& dst) {
   return op.call(src, dst);
 }
 
-// Meta for _copy_into: the source must broadcast to the destination.
+// Meta for _copy_into: the source must broadcast to the destination (the CPU copy_'s
+// messages: "tensor a" is the destination).
 at::Tensor CopyIntoMeta(const at::Tensor& src, const at::Tensor& dst) {
-  at::infer_size(src.sizes(), dst.sizes());
-  TORCH_CHECK(at::infer_size(src.sizes(), dst.sizes()) == dst.sizes().vec(), "output with shape ", dst.sizes(),
-              " doesn't match the broadcast shape ", at::infer_size(src.sizes(), dst.sizes()));
+  auto shape = at::infer_size(dst.sizes(), src.sizes());
+  TORCH_CHECK(shape == dst.sizes().vec(), "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+              shape);
   return dst;
 }
 
+// On CPU tensors _copy_into is copy_ (an error raised at Meta inference is replayed on the CPU).
+at::Tensor CopyIntoCpu(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor out = dst;
+  out.copy_(src);
+  return dst;
+}
+
+// A view op run on the CPU would return a copy: aliasing would silently break.
+bool IsViewOp(const c10::FunctionSchema& schema) {
+  for (const auto& r : schema.returns())
+    if (r.alias_info() && !r.alias_info()->isWrite()) return true;
+  return false;
+}
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The tpu device a fallback call runs for: its first tpu tensor, else the current device.
+int DeviceOfCall(const torch::jit::Stack& stack, size_t first) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == kTpu)
+      return v.toTensor().device().index();
+    if (v.isDevice() && v.toDevice().type() == kTpu && v.toDevice().has_index()) return v.toDevice().index();
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList())
+        if (t.defined() && t.device().type() == kTpu) return t.device().index();
+  }
+  return CurrentDevice();
+}
+
+// A random op run by the CPU fallback draws from a fresh CPU generator seeded by the tpu
+// generator's (seed, offset), which then advances: torch.tpu.manual_seed and tpu
+// torch.Generator objects reproduce it, and the CPU's default generator is left alone.
+void SubstituteGenerators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  size_t first = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::TypePtr type = args[i].type();
+    if (type->kind() == c10::TypeKind::OptionalType) type = type->castRaw<c10::OptionalType>()->getElementType();
+    if (type->kind() != c10::TypeKind::GeneratorType) continue;
+    c10::IValue& v = (*stack)[first + i];
+    std::optional<at::Generator> gen;
+    if (!v.isNone()) {
+      gen = v.toGenerator();
+      if (gen->device().type() != kTpu) continue;  // a CPU generator: the CPU kernel decides
+    }
+    int device = gen ? gen->device().index() : DeviceOfCall(*stack, first);
+    auto [seed, offset] = NextPhiloxState(gen, device, 4);
+    v = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(SplitMix64(seed ^ SplitMix64(offset))));
+  }
+}
+
+// The fallback moves every tensor to the CPU, which would hide a device mismatch: check as a
+// device kernel does. CPU 0-d tensors mix with any device; index lists (Tensor?[]) may be on
+// the CPU, as on CUDA.
+void CheckSameDevice(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  size_t first = stack.size() - args.size();
+  std::optional<c10::Device> device;
+  auto visit = [&](const at::Tensor& t, const std::string& name) {
+    if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return;
+    if (!device) {
+      device = t.device();
+      return;
+    }
+    TORCH_CHECK(t.device() == *device, "Expected all tensors to be on the same device, but got ", name, " is on ",
+                t.device(), ", different from other tensors on ", *device, " (when checking argument in method ",
+                op.operator_name(), ")");
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor()) visit(v.toTensor(), args[i].name());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList()) visit(t, args[i].name());
+  }
+}
+
 void BoxedFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!IsViewOp(op.schema()), "tpu: the view op ", op.operator_name(),
+                              " has no native tpu kernel (a CPU fallback cannot alias device memory)");
+  CheckSameDevice(op, *stack);
+  SubstituteGenerators(op, stack);
   CpuFallback(op, stack);
+}
+
+// native_dropout from native ops (the CPU kernel's formula), so dropout runs on the device
+// and draws from the tpu generator: mask ~ Bernoulli(1 - p), out = input * mask / (1 - p).
+std::tuple<at::Tensor, at::Tensor> NativeDropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  if (input.numel() == 0) return {input, at::empty_like(input, input.options().dtype(at::kBool))};
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  double keep = 1.0 - p;
+  double scale = keep == 0 ? 0.0 : 1.0 / keep;
+  at::Tensor mask = at::empty_like(input, at::MemoryFormat::Contiguous).bernoulli_(keep);
+  at::Tensor out = input.mul(mask).mul_(scale);
+  return {out, mask.to(at::kBool)};
+}
+
+at::Tensor NativeDropoutBackward(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+  return grad.mul(mask.to(grad.scalar_type())).mul_(scale);
 }
 
 void RecordStream(at::Tensor&, c10::Stream) {}
 
+// `cpu_param.data = tpu_tensor` (and back) is allowed, as between CPU and CUDA.
+bool HasCompatibleShallowCopyType(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().type() == kTpu || t.device().is_cpu());
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) || (dense(self) && dense(from));
+}
+
 }  // namespace
+
+// Kernels built from other tpu ops, for ATen ops that have no lowering (yet): registered
+// after the lowered ones, and only where the lowering table has no entry.
+void RegisterCompositeKernels() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  auto lowered = lowering::RegisteredOps();
+  auto has = [&](const char* name) { return std::find(lowered.begin(), lowered.end(), name) != lowered.end(); };
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                        __LINE__);
+  if (!has("aten::native_dropout")) lib->impl("native_dropout", NativeDropout);
+  if (!has("aten::native_dropout_backward")) lib->impl("native_dropout_backward", NativeDropoutBackward);
+}
 
 TORCH_LIBRARY(torch_tpu, m) {
   // Writes `src` (cast and broadcast) into `out`: the device-to-device copy.
@@ -273,6 +499,7 @@ TORCH_LIBRARY(torch_tpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) { m.impl("_copy_into", CopyIntoMeta); }
+TORCH_LIBRARY_IMPL(torch_tpu, CPU, m) { m.impl("_copy_into", CopyIntoCpu); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", Empty);
@@ -282,6 +509,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
   m.impl("alias", at::native::alias);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("is_set_to", at::native::is_set_to);
+  m.impl("_resize_output_", at::native::_resize_output_);
   m.impl("resize_", Resize);
   m.impl("set_.source_Storage_storage_offset", SetStorage);
   m.impl("set_.source_Storage", SetSourceStorage);
@@ -291,11 +522,50 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", CopyFromAndResize);
   m.impl("_local_scalar_dense", LocalScalarDense);
   m.impl("record_stream", RecordStream);
+  m.impl("_has_compatible_shallow_copy_type", HasCompatibleShallowCopyType);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&BoxedFallback>()); }
 
-// Autocast on tpu: ops without a policy fall through.
+// Copies resolve conj/neg bits themselves (CopyFrom): the generic Conjugate/Negative fallbacks
+// would clone the source, and a clone is a copy that lands here again.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+// Autocast on tpu: CUDA's op lists and policies (matmuls and convolutions in the lower
+// precision, numerically sensitive ops in f32); ops without a policy fall through.
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+namespace autocast_policies {
+using at::IntArrayRef;
+using at::Scalar;
+using at::ScalarType;
+using at::Tensor;
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+#define TPU_AUTOCAST_LOWER_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define TPU_AUTOCAST_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define TPU_AUTOCAST_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define TPU_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+#define TPU_AUTOCAST_REDISPATCH(FUNC, NAME, SIGNATURE, REDISPATCH_SIGNATURE, POLICY) \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(FUNC, NAME, SIGNATURE, REDISPATCH_SIGNATURE, POLICY)
+  AT_FORALL_LOWER_PRECISION_FP(TPU_AUTOCAST_LOWER_PRECISION)
+  AT_FORALL_FP32(TPU_AUTOCAST_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TPU_AUTOCAST_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(TPU_AUTOCAST_REDISPATCH)
+  AT_FORALL_PROMOTE(TPU_AUTOCAST_PROMOTE)
+#undef TPU_AUTOCAST_LOWER_PRECISION
+#undef TPU_AUTOCAST_FP32
+#undef TPU_AUTOCAST_FP32_SET_OPT_DTYPE
+#undef TPU_AUTOCAST_PROMOTE
+#undef TPU_AUTOCAST_REDISPATCH
+}
+}  // namespace autocast_policies
 
 }  // namespace tpu::aten

@@ -1,4 +1,5 @@
 // torch_tpu._C: the Python face of the C++ layers.
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
@@ -11,6 +12,13 @@
 namespace py = pybind11;
 
 namespace tpu::aten {
+void RegisterGraphBindings(py::module_& m);  // graph.cpp: torch.compile programs
+}
+
+namespace tpu::aten {
+
+void RegisterCompositeKernels();  // kernels.cpp
+
 namespace {
 
 py::dict MetricsDict() {
@@ -47,9 +55,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_configure", [](const std::string& plugin_path, int num_devices) {
     runtime::Runtime::Configure({plugin_path, num_devices});
   });
-  m.def("_register_ops", &aten::RegisterLoweredOps);
+  m.def("_register_ops", [] {
+    aten::RegisterLoweredOps();
+    aten::RegisterCompositeKernels();
+  });
   m.def("_initialized", &runtime::Runtime::Initialized);
   m.def("_init", [] {
+    // A forked child re-runs torch.tpu._lazy_init, which refuses to start there.
+    torch::utils::register_fork_handler_for_device_init(aten::kTpu);
     try {
       runtime::Runtime::Get();
     } catch (const std::exception& e) {
@@ -75,6 +88,15 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
         at::globalContext().defaultGenerator(c10::Device(aten::kTpu, static_cast<c10::DeviceIndex>(index)))));
   });
+  // torch.Event.elapsed_time rejects subclasses such as torch.tpu.Event as its argument.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    for (py::handle h : {start, end})
+      TORCH_CHECK_TYPE(PyObject_IsInstance(h.ptr(), reinterpret_cast<PyObject*>(&THPEventType)) == 1,
+                       "expected a torch.Event, got ", py::str(py::type::of(h)).cast<std::string>());
+    const c10::Event& a = reinterpret_cast<THPEvent*>(start.ptr())->event;
+    const c10::Event& b = reinterpret_cast<THPEvent*>(end.ptr())->event;
+    return a.elapsedTime(b);
+  });
   m.def("_metrics", &aten::MetricsDict);
   m.def("_cache_dir", [] { return runtime::Runtime::Get().cache_dir(); });
   m.def("_cache_root", &runtime::DiskCacheRoot);
@@ -82,6 +104,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_metrics", [] { runtime::GetMetrics().Reset(); });
   m.def("_native_ops", &aten::NativeOps);
   m.def("_lowered_ops", &lowering::RegisteredOps);
+  aten::RegisterGraphBindings(m);
   m.def("_compiled_programs", [] { return runtime::Runtime::Get().compiled_programs(); });
   m.def("_storage_elem_type", [](const at::Tensor& t) {
     auto* s = aten::StorageOf(t);

@@ -267,6 +267,31 @@ c10::IValue ToMetaValue(const c10::IValue& v) {
   return v;
 }
 
+// CPU zeros with the geometry of a tpu value, to replay a call whose Meta inference failed.
+c10::IValue ToCpuValue(const c10::IValue& v) {
+  auto cpu = [](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kTpu) return t;
+    auto base = at::zeros({static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size())},
+                          t.options().device(at::kCPU));
+    return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
+  if (v.isTensor()) return cpu(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(cpu(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& item : v.toListRef())
+      out.push_back(item.isNone() ? std::nullopt : std::optional<at::Tensor>(cpu(item.toTensor())));
+    return out;
+  }
+  if (v.isDevice()) return c10::Device(at::kCPU);
+  if (v.isGenerator()) return c10::IValue();
+  return v;
+}
+
 // Runs `op` over meta copies of the first `n` stack arguments; returns the meta stack after
 // (the op's returns). `args` (optional) receives the meta arguments, e.g. resized out= tensors.
 torch::jit::Stack RunMeta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t n,
@@ -275,7 +300,16 @@ torch::jit::Stack RunMeta(const c10::OperatorHandle& op, const torch::jit::Stack
   meta.reserve(n);
   for (size_t i = 0; i < n; ++i) meta.push_back(ToMetaValue(stack[first + i]));
   if (args) *args = meta;  // shares the meta tensors, which the call resizes in place
-  op.callBoxed(meta);
+  try {
+    op.callBoxed(meta);
+  } catch (const std::exception&) {
+    // Meta kernels word some errors unlike the CPU's (several are Python decompositions):
+    // replay on CPU zeros of the same geometry so the user gets the CPU's exception.
+    torch::jit::Stack cpu;
+    for (size_t i = 0; i < n; ++i) cpu.push_back(ToCpuValue(stack[first + i]));
+    op.callBoxed(cpu);
+    throw;  // the CPU accepts the call: the Meta error stands
+  }
   return meta;
 }
 
@@ -475,8 +509,17 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     }
   } else {
     std::vector<size_t> targets;
-    if (e.variant == Variant::Inplace) targets.push_back(0);
-    else for (size_t s = out_slot_begin; s < call.slots.size(); ++s) targets.push_back(s);
+    if (e.variant == Variant::Inplace) {
+      // self is one tensor, or every tensor of a Tensor(a!)[] (the foreach ops): slots 0..n-1.
+      const c10::IValue& self = stack[first];
+      size_t n = self.isTensorList() ? self.toTensorList().size() : 1;
+      for (size_t s = 0; s < n; ++s) {
+        if (call.slot_is_cpu_scalar[s]) throw lowering::Unsupported("in-place write into a CPU tensor");
+        targets.push_back(s);
+      }
+    } else {
+      for (size_t s = out_slot_begin; s < call.slots.size(); ++s) targets.push_back(s);
+    }
     TORCH_CHECK(targets.size() == results.size(), "tpu: ", e.name, ": ", results.size(), " results for ",
                 targets.size(), " outputs");
     std::vector<TpuStorage*> written;
@@ -578,7 +621,7 @@ void Execute(const OpEntry& e, const Program& p, torch::jit::Stack* stack, size_
   } else if (e.variant == Variant::Inplace) {
     c10::IValue self = (*stack)[first];
     torch::jit::drop(*stack, e.num_args);
-    stack->push_back(std::move(self));
+    if (!e.op->schema().returns().empty()) stack->push_back(std::move(self));  // foreach_x_ returns ()
   } else {
     std::vector<c10::IValue> outs_iv((*stack).begin() + first + (e.num_args - e.num_outs),
                                      (*stack).begin() + first + e.num_args);
@@ -662,6 +705,13 @@ size_t CountOuts(const c10::FunctionSchema& schema) {
   for (const auto& a : schema.arguments())
     if (a.is_out()) n++;
   return n;
+}
+
+// out= arguments that are lists (Tensor(a!)[] out of the foreach ops).
+bool HasListOut(const c10::FunctionSchema& schema) {
+  for (const auto& a : schema.arguments())
+    if (a.is_out() && a.type()->kind() == c10::TypeKind::ListType) return true;
+  return false;
 }
 
 bool SameInputs(const c10::FunctionSchema& functional, const c10::FunctionSchema& other, size_t n) {
@@ -765,6 +815,7 @@ void RegisterLoweredOps() {
       if (!oh) continue;
       size_t outs = CountOuts(oh->schema());
       if (outs == 0 || oh->schema().arguments().size() != entry->num_args + outs) continue;
+      if (HasListOut(oh->schema())) continue;  // foreach out= ops keep PyTorch's composite kernels
       if (!SameInputs(schema, oh->schema(), entry->num_args)) continue;
       std::string other_name = other.name + "." + other.overload_name;
       if (lowering::Find(other_name)) continue;

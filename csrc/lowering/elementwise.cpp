@@ -110,7 +110,9 @@ std::vector<Value> LowerSilu(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerGelu(Ctx& ctx, const Args& a) {
   Value x = Operand(ctx, a, 0);
   Value half_x = Mul(ctx, x, Const(ctx, 0.5, x));
-  if (a.str_or(1, "none") != "tanh") return Result(ctx, Mul(ctx, half_x, Apply(ctx, kErfc, Mul(ctx, x, Const(ctx, -M_SQRT1_2, x)))));
+  if (a.str_or(1, "none") != "tanh") {
+    return Result(ctx, Mul(ctx, half_x, Apply(ctx, kErfc, Mul(ctx, x, Const(ctx, -M_SQRT1_2, x)))));
+  }
   Value cube = Mul(ctx, Mul(ctx, x, x), x);
   Value u = Mul(ctx, Const(ctx, std::sqrt(2.0 / M_PI), x), Add(ctx, x, Mul(ctx, Const(ctx, 0.044715, x), cube)));
   return Result(ctx, Mul(ctx, half_x, Add(ctx, Const(ctx, 1, x), Apply(ctx, kTanh, u))));
@@ -167,13 +169,21 @@ std::vector<Value> LowerThreshold(Ctx& ctx, const Args& a) {
 }
 
 // ---- binary arithmetic: out = op(a, b) in the output type ----
-// add/sub take alpha: out = a op alpha * b. On bool, add is logical or.
+// alpha * y for add/sub/rsub (y unchanged without alpha); on bool, alpha multiplies as `and`.
+Value TimesAlpha(Ctx& ctx, Value y, const Args& a, size_t arg) {
+  if (a.is_none(arg)) return y;
+  Value alpha = CastTo(ctx, a.tensor(arg), y.type);
+  return y.type.elem == ElemType::Pred ? Apply(ctx, "stablehlo.and", y, alpha) : Mul(ctx, y, alpha);
+}
+
+// add/sub take alpha: out = a op alpha * b, computed in f32 for half types and rounded once
+// (alpha itself arrives rounded to the result type, as PyTorch's CPU kernel has it). On bool,
+// add is logical or.
 template <const char* Op>
 std::vector<Value> LowerAddSub(Ctx& ctx, const Args& a) {
-  TensorType t = ctx.out();
+  TensorType t = ComputeType(ctx.out());
   Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
-  if (!a.is_none(2)) y = Mul(ctx, y, CastTo(ctx, a.tensor(2), t));
-  return {Apply(ctx, Op, x, y)};
+  return Result(ctx, Apply(ctx, Op, x, TimesAlpha(ctx, y, a, 2)));
 }
 
 template <const char* Op>
@@ -184,10 +194,9 @@ std::vector<Value> LowerBinary(Ctx& ctx, const Args& a) {
 
 // Reversed: rsub(a, b, alpha) = b - alpha * a.
 std::vector<Value> LowerRsub(Ctx& ctx, const Args& a) {
-  TensorType t = ctx.out();
+  TensorType t = ComputeType(ctx.out());
   Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
-  if (!a.is_none(2)) x = Mul(ctx, x, CastTo(ctx, a.tensor(2), t));
-  return {Sub(ctx, y, x)};
+  return Result(ctx, Sub(ctx, y, TimesAlpha(ctx, x, a, 2)));
 }
 
 constexpr char kAdd[] = "stablehlo.add";
@@ -370,11 +379,16 @@ std::vector<Value> LowerZero(Ctx& ctx, const Args&) { return {Splat(ctx, 0, ctx.
 // The device-to-device copy: cast and broadcast into the destination.
 std::vector<Value> LowerCopyInto(Ctx& ctx, const Args& a) { return {CastTo(ctx, a.tensor(0), ctx.out())}; }
 
-// lerp(a, b, w) = a + w * (b - a)
+// lerp(a, b, w) = |w| < 0.5 ? a + w * (b - a) : b - (b - a) * (1 - w), PyTorch's two-sided
+// form, exact at both ends (lerp(a, b, 1) == b).
 std::vector<Value> LowerLerp(Ctx& ctx, const Args& a) {
   TensorType t = ComputeType(ctx.out());
   Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t), w = CastTo(ctx, a.tensor(2), t);
-  return Result(ctx, Add(ctx, x, Mul(ctx, w, Sub(ctx, y, x))));
+  Value diff = Sub(ctx, y, x);
+  Value small = ctx.b.Compare(Cmp::LT, Apply(ctx, kAbs, w), Const(ctx, 0.5, w));
+  Value from_a = Add(ctx, x, Mul(ctx, w, diff));
+  Value from_b = Sub(ctx, y, Mul(ctx, diff, Sub(ctx, Const(ctx, 1, w), w)));
+  return Result(ctx, ctx.b.Select(small, from_a, from_b));
 }
 
 // addcmul(s, t1, t2, value) = s + value * t1 * t2; addcdiv likewise with t1 / t2.

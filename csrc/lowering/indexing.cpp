@@ -55,7 +55,8 @@ Value ScatterAlongDim(Ctx& ctx, Value self, int64_t dim, Value index, Value upda
   for (int64_t d = 0; d < r; ++d) all[d] = d;
   std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [" + shlo::JoinInts(all) +
                       "], scatter_dims_to_operand_dims = [" + shlo::JoinInts(all) +
-                      "], index_vector_dim = " + std::to_string(r) + ">, indices_are_sorted = false, unique_indices = false";
+                      "], index_vector_dim = " + std::to_string(r) +
+                      ">, indices_are_sorted = false, unique_indices = false";
   return ctx.b.Op1("stablehlo.scatter", {self, indices, updates}, self.type, attrs, region);
 }
 
@@ -77,13 +78,16 @@ std::vector<Value> ScatterRule(Ctx& ctx, const Args& a, const std::string& combi
   if (updates.type.rank() == 0) {
     updates = BroadcastTo(ctx, updates, index.type.dims);
   } else if (updates.type.dims != index.type.dims) {
-    updates = ctx.b.Slice(updates, std::vector<int64_t>(t.rank(), 0), index.type.dims, std::vector<int64_t>(t.rank(), 1));
+    std::vector<int64_t> zeros(t.rank(), 0), ones(t.rank(), 1);
+    updates = ctx.b.Slice(updates, zeros, index.type.dims, ones);
   }
   return {ScatterAlongDim(ctx, self, WrapDim(a.int_(1), t.rank()), index, updates, combine)};
 }
 
 std::vector<Value> LowerScatter(Ctx& ctx, const Args& a) { return ScatterRule(ctx, a, ""); }
-std::vector<Value> LowerScatterAdd(Ctx& ctx, const Args& a) { return ScatterRule(ctx, a, Combiner("add", ctx.out().elem)); }
+std::vector<Value> LowerScatterAdd(Ctx& ctx, const Args& a) {
+  return ScatterRule(ctx, a, Combiner("add", ctx.out().elem));
+}
 std::vector<Value> LowerScatterReduce(Ctx& ctx, const Args& a) {
   return ScatterRule(ctx, a, Combiner(a.str(4), ctx.out().elem));
 }
@@ -94,7 +98,10 @@ std::vector<Value> LowerIndexAdd(Ctx& ctx, const Args& a) {
   Value self = CastTo(ctx, a.tensor(0), t), source = ConvertTo(ctx, a.tensor(3), t.elem);
   if (a.tensor(2).type.numel() == 0) return {self};
   if (t.rank() == 0) source = ctx.b.Reshape(source, {});
-  if (!a.is_none(4)) source = ctx.b.Binary(t.elem == ElemType::Pred ? "and" : "multiply", source, CastTo(ctx, a.tensor(4), source.type));
+  if (!a.is_none(4)) {
+    Value alpha = CastTo(ctx, a.tensor(4), source.type);
+    source = ctx.b.Binary(t.elem == ElemType::Pred ? "and" : "multiply", source, alpha);
+  }
   if (t.rank() == 0) return {ctx.b.Binary(t.elem == ElemType::Pred ? "or" : "add", self, source)};
   int64_t dim = WrapDim(a.int_(1), t.rank());
   Value index = ctx.b.Reshape(a.tensor(2), {a.tensor(2).type.numel()});

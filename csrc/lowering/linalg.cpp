@@ -5,14 +5,18 @@
 namespace tpu::lowering {
 namespace {
 
-Value Dot(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
-          std::vector<int64_t> rc) {
+// The product in the accumulator type (f32 for half types).
+Value DotAcc(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
+             std::vector<int64_t> rc) {
   ElemType out = ctx.out().elem;
-  ElemType acc = AccumulatorType(out);
   x = ConvertTo(ctx, x, out);
   y = ConvertTo(ctx, y, out);
-  Value r = ctx.b.DotGeneral(x, y, lb, rb, lc, rc, acc);
-  return ConvertTo(ctx, r, out);
+  return ctx.b.DotGeneral(x, y, lb, rb, lc, rc, AccumulatorType(out));
+}
+
+Value Dot(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
+          std::vector<int64_t> rc) {
+  return ConvertTo(ctx, DotAcc(ctx, x, y, lb, rb, lc, rc), ctx.out().elem);
 }
 
 // mm(a, b) = a @ b for 2-D operands.
@@ -26,26 +30,26 @@ std::vector<Value> LowerDot(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor
 std::vector<Value> LowerMv(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {1}, {0})}; }
 
 // beta * self + alpha * product; self is ignored when beta == 0 (so NaN in self vanishes),
-// as PyTorch specifies.
+// as PyTorch specifies. Blended in the product's accumulator type, then rounded once.
 Value Blend(Ctx& ctx, Value self, Value product, const Args& a, size_t beta_arg) {
-  TensorType t = ctx.out();
+  TensorType t{product.type.elem, ctx.out().dims};
   Value s = CastTo(ctx, self, t);
   Value beta = a.is_none(beta_arg) ? ctx.b.Constant(1, t) : CastTo(ctx, a.tensor(beta_arg), t);
   Value alpha = a.is_none(beta_arg + 1) ? ctx.b.Constant(1, t) : CastTo(ctx, a.tensor(beta_arg + 1), t);
   Value scaled = ctx.b.Binary("multiply", beta, s);
   Value zero = ctx.b.Constant(0, t);
   scaled = ctx.b.Select(ctx.b.Compare(Cmp::EQ, beta, zero), zero, scaled);
-  return ctx.b.Binary("add", scaled, ctx.b.Binary("multiply", alpha, product));
+  return ConvertTo(ctx, ctx.b.Binary("add", scaled, ctx.b.Binary("multiply", alpha, product)), ctx.out().elem);
 }
 
 std::vector<Value> LowerAddmm(Ctx& ctx, const Args& a) {
-  return {Blend(ctx, a.tensor(0), Dot(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
+  return {Blend(ctx, a.tensor(0), DotAcc(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
 }
 std::vector<Value> LowerAddmv(Ctx& ctx, const Args& a) {
-  return {Blend(ctx, a.tensor(0), Dot(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
+  return {Blend(ctx, a.tensor(0), DotAcc(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
 }
 std::vector<Value> LowerBaddbmm(Ctx& ctx, const Args& a) {
-  return {Blend(ctx, a.tensor(0), Dot(ctx, a.tensor(1), a.tensor(2), {0}, {0}, {2}, {1}), a, 3)};
+  return {Blend(ctx, a.tensor(0), DotAcc(ctx, a.tensor(1), a.tensor(2), {0}, {0}, {2}, {1}), a, 3)};
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ class Args {
   explicit Args(const std::vector<Arg>& args) : args_(args) {}
   size_t size() const { return args_.size(); }
   bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == Arg::Kind::None; }
+  const Arg& raw(size_t i) const { return args_.at(i); }
   const Value& tensor(size_t i) const;                  // required tensor or run-time scalar
   Value optional_tensor(size_t i) const;                // invalid Value when None
   const std::vector<Value>& tensors(size_t i) const;
@@ -72,13 +73,20 @@ using LowerFn = std::vector<Value> (*)(Ctx&, const Args&);
 // Registers `fn` for the ATen overload `op` ("aten::add.Tensor"). Returns true so it can
 // initialise a static.
 bool Register(const char* op, LowerFn fn);
+// Graph-only lowerings: ops that eager runs without a program (views are metadata, factories
+// and copies are kernels in csrc/aten) but that appear as nodes of torch.compile graphs.
+// Find() sees them; RegisteredOps(), which eager registers kernels for, does not.
+bool RegisterGraphOnly(const char* op, LowerFn fn);
 LowerFn Find(const std::string& op);
 std::vector<std::string> RegisteredOps();
+std::vector<std::string> GraphOnlyOps();
 
 #define TPU_CONCAT_INNER(a, b) a##b
 #define TPU_CONCAT(a, b) TPU_CONCAT_INNER(a, b)
 #define TPU_LOWERING(op, fn) \
   static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::Register(op, fn)
+#define TPU_GRAPH_LOWERING(op, fn) \
+  static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::RegisterGraphOnly(op, fn)
 
 // Shared helpers (rule 6): every rule converts and broadcasts through these.
 Value ConvertTo(Ctx& ctx, Value v, ElemType elem);

@@ -1,5 +1,7 @@
 // Neural-network ops: softmax family, losses, layer norm. Statistics accumulate in f32
 // for half types (rule 10).
+#include <algorithm>
+
 #include "lowering.h"
 
 namespace tpu::lowering {
@@ -168,7 +170,11 @@ std::vector<Value> LowerNllLossBackward(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerMseLoss(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0), t = a.tensor(1);
   ElemType acc = AccumulatorType(ctx.out().elem);
-  std::vector<int64_t> dims = x.type.dims.size() >= t.type.dims.size() ? x.type.dims : t.type.dims;
+  // The broadcast shape of x and t (trailing dims aligned; PyTorch warns but allows it).
+  std::vector<int64_t> dims(std::max(x.type.rank(), t.type.rank()), 1);
+  for (const Value* v : {&x, &t})
+    for (int64_t i = 0; i < v->type.rank(); ++i)
+      dims[dims.size() - v->type.rank() + i] = std::max(dims[dims.size() - v->type.rank() + i], v->type.dims[i]);
   TensorType full{acc, dims};
   Value d = Bin(ctx, "subtract", CastTo(ctx, x, full), CastTo(ctx, t, full));
   Value sq = Bin(ctx, "multiply", d, d);

@@ -195,6 +195,31 @@ std::vector<Value> LowerVar(Ctx& ctx, const Args& a) {
   return {ctx.b.Reshape(ConvertTo(ctx, v, ctx.out().elem), ctx.out().dims)};
 }
 
+// linalg_vector_norm(x, ord, dim?, keepdim, dtype?). ord is a Scalar, hence a run-time
+// operand: every family is reduced and ord picks one. inf: max|x|; -inf: min|x|; 0: the
+// count of nonzeros; otherwise (sum |x|^ord)^(1/ord), with ord 1 and 2 as sum|x| and sqrt(sum x^2).
+std::vector<Value> LowerVectorNorm(Ctx& ctx, const Args& a) {
+  ElemType acc = AccumulatorType(ctx.out().elem);
+  Value x = ctx.b.Unary("abs", ConvertTo(ctx, a.tensor(0), acc));
+  std::vector<int64_t> dims = ReduceDims(a, 2, x.type.rank());
+  Value p = ConvertTo(ctx, a.tensor(1), acc);
+  Value zero = ctx.b.Constant(0, {acc, {}});
+  Value sum_abs = ctx.b.Reduce(x, zero, dims, "add");
+  TensorType r = sum_abs.type;
+  auto is = [&](double v) { return ctx.b.Compare(Cmp::EQ, BroadcastTo(ctx, p, r.dims), ctx.b.Constant(v, r)); };
+  Value pb = BroadcastTo(ctx, p, x.type.dims);
+  Value general = ctx.b.Binary("power", ctx.b.Reduce(ctx.b.Binary("power", x, pb), zero, dims, "add"),
+                               ctx.b.Binary("divide", ctx.b.Constant(1, r), BroadcastTo(ctx, p, r.dims)));
+  Value two = ctx.b.Unary("sqrt", ctx.b.Reduce(ctx.b.Binary("multiply", x, x), zero, dims, "add"));
+  Value is_nonzero = ConvertTo(ctx, ctx.b.Compare(Cmp::NE, x, ctx.b.Constant(0, x.type)), acc);
+  Value nonzero = ctx.b.Reduce(is_nonzero, zero, dims, "add");
+  Value v = ctx.b.Select(is(2), two, ctx.b.Select(is(1), sum_abs, general));
+  v = ctx.b.Select(is(0), nonzero, v);
+  v = ctx.b.Select(is(INFINITY), Extremum<true>(ctx, x, dims), v);
+  v = ctx.b.Select(is(-INFINITY), Extremum<false>(ctx, x, dims), v);
+  return {ctx.b.Reshape(ConvertTo(ctx, v, ctx.out().elem), ctx.out().dims)};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::all", LowerAnyAll<false>);
@@ -209,6 +234,7 @@ TPU_LOWERING("aten::argmax", LowerArgmax<true>);
 TPU_LOWERING("aten::argmin", LowerArgmax<false>);
 TPU_LOWERING("aten::max", LowerMaxAll<true>);
 TPU_LOWERING("aten::max.dim", LowerMaxDim<true>);
+TPU_LOWERING("aten::linalg_vector_norm", LowerVectorNorm);
 TPU_LOWERING("aten::mean", LowerMeanAll);
 TPU_LOWERING("aten::mean.dim", LowerMeanDim);
 TPU_LOWERING("aten::min", LowerMaxAll<false>);

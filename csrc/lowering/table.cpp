@@ -12,6 +12,11 @@ std::map<std::string, LowerFn>& Table() {
   return table;
 }
 
+std::map<std::string, LowerFn>& GraphTable() {
+  static std::map<std::string, LowerFn> table;
+  return table;
+}
+
 const char* KindName(Arg::Kind k) {
   switch (k) {
     case Arg::Kind::None: return "None";
@@ -35,14 +40,28 @@ bool Register(const char* op, LowerFn fn) {
   return true;
 }
 
+bool RegisterGraphOnly(const char* op, LowerFn fn) {
+  GraphTable()[op] = fn;
+  return true;
+}
+
 LowerFn Find(const std::string& op) {
   auto it = Table().find(op);
-  return it == Table().end() ? nullptr : it->second;
+  if (it != Table().end()) return it->second;
+  auto g = GraphTable().find(op);
+  return g == GraphTable().end() ? nullptr : g->second;
 }
 
 std::vector<std::string> RegisteredOps() {
   std::vector<std::string> names;
   for (const auto& [name, fn] : Table()) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> GraphOnlyOps() {
+  std::vector<std::string> names;
+  for (const auto& [name, fn] : GraphTable())
+    if (!Table().count(name)) names.push_back(name);
   return names;
 }
 

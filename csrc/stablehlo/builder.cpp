@@ -157,9 +157,8 @@ Value Builder::Op1(const std::string& name, const std::vector<Value>& operands,
   return Op(name, operands, {result}, attrs, region)[0];
 }
 
-std::string Builder::Module(const std::vector<Value>& results) const {
-  std::string s = "module @program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  s += "  func.func public @main(";
+std::string Builder::Function(const std::string& name, const std::vector<Value>& results, bool is_public) const {
+  std::string s = std::string("  func.func ") + (is_public ? "public" : "private") + " @" + name + "(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s += (i ? ", " : "") + params_[i].ref() + ": " + params_[i].type.str();
   }
@@ -169,8 +168,17 @@ std::string Builder::Module(const std::vector<Value>& results) const {
   for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + results[i].ref();
   s += ") : (";
   for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + results[i].type.str();
-  s += ") -> ()\n  }\n}\n";
+  s += ") -> ()\n  }\n";
   return s;
+}
+
+std::string Builder::Module(const std::vector<Value>& results) const {
+  return WrapModule(Function("main", results, true));
+}
+
+std::string WrapModule(const std::string& functions) {
+  return "module @program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n" +
+         functions + "}\n";
 }
 
 Value Builder::Constant(double v, const TensorType& type) {

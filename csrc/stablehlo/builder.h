@@ -53,6 +53,9 @@ class Builder {
             const std::string& attrs = "", const std::string& region = "");
   // The whole module with `results` as the function results.
   std::string Module(const std::vector<Value>& results) const;
+  // Just the function (`func.func public|private @name ...`), for modules that hold several.
+  std::string Function(const std::string& name, const std::vector<Value>& results, bool is_public) const;
+  const std::vector<Value>& params() const { return params_; }
 
   // Constants: a splat of `v` converted to `type`'s element type (bools: v != 0).
   Value Constant(double v, const TensorType& type);
@@ -95,6 +98,9 @@ class Builder {
   std::vector<Value> params_;
   std::string body_;
 };
+
+// A module around already-printed functions (one of them public @main).
+std::string WrapModule(const std::string& functions);
 
 std::string JoinInts(const std::vector<int64_t>& v, const char* sep = ", ");
 std::string DenseI64(const std::vector<int64_t>& v);  // array<i64: 1, 2>

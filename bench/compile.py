@@ -1,0 +1,110 @@
+"""torch.compile(backend="tpu") on a tiny Llama: a training step (forward, backward, AdamW)
+and a forward, against strict eager on tpu, PyTorch CPU eager and torch.compile with the
+default Inductor backend on CPU, all measured in this one run. Reports medians and ratios.
+
+    python bench/compile.py [--batch 4] [--seq 64] [--iters 20]
+"""
+import argparse
+import copy
+import os
+import statistics
+import time
+
+os.environ.setdefault("TORCH_TPU_QUIET", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import torch  # noqa: E402
+
+import torch_tpu  # noqa: E402
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=128, vocab_size=128)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+def train_step(model, opt, ids):
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def forward(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def median_ms(fn, sync, iters, warmup):
+    for _ in range(warmup):
+        sync(fn())
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        sync(fn())
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--no-inductor", action="store_true", help="skip the Inductor baseline (slow to compile)")
+    args = parser.parse_args()
+    ids_cpu = torch.randint(0, 128, (args.batch, args.seq), generator=torch.Generator().manual_seed(1))
+    base = tiny_llama()
+
+    def tpu_sync(out):
+        torch.tpu.synchronize()
+
+    def cpu_sync(out):
+        pass
+
+    results = {}
+    setups = [
+        ("tpu compiled", "tpu", lambda f: torch.compile(f, backend="tpu"), tpu_sync),
+        ("tpu strict eager", "tpu", lambda f: f, tpu_sync),
+        ("cpu eager", "cpu", lambda f: f, cpu_sync),
+        ("cpu inductor", "cpu", lambda f: torch.compile(f), cpu_sync),
+    ]
+    if args.no_inductor:
+        setups.pop()
+    compile_s = {}
+    for name, device, wrap, sync in setups:
+        model = copy.deepcopy(base).to(device)
+        ids = ids_cpu.to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step, fwd = wrap(train_step), wrap(forward)
+        start = time.perf_counter()
+        sync(step(model, opt, ids))
+        sync(fwd(model, ids))
+        compile_s[name] = time.perf_counter() - start
+        results[(name, "train step")] = median_ms(lambda: step(model, opt, ids), sync, args.iters, args.warmup)
+        results[(name, "forward")] = median_ms(lambda: fwd(model, ids), sync, args.iters, args.warmup)
+
+    print(f"platform: {torch.tpu.get_device_name()}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    print(f"tiny Llama (hidden 64, 2 layers, vocab 128), batch {args.batch} x seq {args.seq}, "
+          f"median of {args.iters} after {args.warmup} warm-up")
+    for what in ("train step", "forward"):
+        print(f"\n{what}:")
+        for name, *_ in setups:
+            print(f"  {name:18s} {results[(name, what)]:9.2f} ms   (first calls incl. compile: {compile_s[name]:.1f} s)"
+                  if what == "train step" else f"  {name:18s} {results[(name, what)]:9.2f} ms")
+        compiled = results[("tpu compiled", what)]
+        for baseline, *_ in setups[1:]:
+            print(f"  compiled tpu vs {baseline:16s}: {results[(baseline, what)] / compiled:5.2f}x faster")
+    m = torch_tpu.metrics()
+    print(f"\ncompile metrics: graphs {m['compile_graphs']}, programs {m['compile_programs']}, "
+          f"partitioned {m['compile_partitioned_graphs']}, eager nodes {sum(m['compile_eager_nodes_by_op'].values())}, "
+          f"recompiles {m['compile_recompiles']}, cpu fallbacks {m['cpu_fallbacks']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,597 @@
+// torch.compile(backend="tpu") programs (DESIGN.md "One op, three ways to run it"): Python
+// (torch_tpu/compile.py) describes an FX graph of core ATen ops; every node is lowered by
+// the same table eager uses, the module compiles through the runtime's memory and disk
+// caches, and the program runs on tpu tensors. Inputs are read from their storages as in
+// eager (the view geometry is part of the program's key); inputs the graph copies into
+// (functionalized mutations) get their storage buffers replaced, so every view sees them.
+#include <ATen/native/TypeProperties.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "common.h"
+#include "../runtime/metrics.h"
+
+namespace py = pybind11;
+
+namespace tpu::aten {
+namespace {
+
+using lowering::Arg;
+using runtime::Runtime;
+using runtime::TpuStorage;
+
+// Argument kinds, as torch_tpu/compile.py encodes them: (kind, payload).
+enum ArgKind {
+  kNoneArg = 0, kTensorArg, kScalarArg, kIntArg, kDoubleArg, kBoolArg, kIntsArg, kDoublesArg, kBoolsArg,
+  kStringArg, kTensorsArg, kScalarsArg, kDtypeArg, kLayoutArg, kMemoryFormatArg
+};
+
+struct GType {
+  bool defined = false;
+  bool cpu_scalar = false;  // a 0-d CPU tensor operand, fed as a run-time scalar parameter
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> sizes, strides;
+  shlo::TensorType type() const { return {ToElemType(dtype), sizes}; }
+};
+
+struct GArg {
+  int kind = kNoneArg;
+  Arg arg;                       // the static part (ints, flags, strings), as a lowering sees it
+  int64_t id = -1;               // kTensorArg
+  std::vector<int64_t> ids;      // kTensorsArg (-1 for None)
+  std::vector<c10::Scalar> scalars;  // kScalarArg (one) / kScalarsArg
+};
+
+struct GNode {
+  std::string name, op;
+  lowering::LowerFn fn = nullptr;
+  std::vector<GArg> args;
+  std::vector<GType> outs;
+  int64_t first_id = 0;  // value id of outs[0]
+};
+
+// One graph output: a value of the program, an input returned as is, or None.
+struct GOutput {
+  enum Kind { Value, Input, None } kind = None;
+  int64_t index = -1;  // value id or input index
+};
+
+c10::Scalar ScalarOf(const py::handle& h) {
+  if (py::isinstance<py::bool_>(h)) return c10::Scalar(h.cast<bool>());
+  if (py::isinstance<py::int_>(h)) return c10::Scalar(h.cast<int64_t>());
+  if (PyComplex_Check(h.ptr())) return c10::Scalar(c10::complex<double>(h.cast<std::complex<double>>()));
+  return c10::Scalar(h.cast<double>());
+}
+
+GType TypeOf(const py::handle& h) {
+  GType t;
+  if (h.is_none()) return t;
+  auto tup = h.cast<py::tuple>();
+  t.defined = true;
+  t.dtype = tup[0].cast<at::ScalarType>();
+  t.sizes = tup[1].cast<std::vector<int64_t>>();
+  if (tup.size() > 2) t.strides = tup[2].cast<std::vector<int64_t>>();
+  if (tup.size() > 3) t.cpu_scalar = tup[3].cast<bool>();
+  return t;
+}
+
+GArg ArgOf(const py::handle& h) {
+  auto tup = h.cast<py::tuple>();
+  GArg g;
+  g.kind = tup[0].cast<int>();
+  py::object v = tup.size() > 1 ? py::object(tup[1]) : py::object(py::none());
+  Arg& a = g.arg;
+  switch (g.kind) {
+    case kNoneArg: break;
+    case kTensorArg: a.kind = Arg::Kind::Tensor; g.id = v.cast<int64_t>(); break;
+    case kScalarArg: a.kind = Arg::Kind::Tensor; g.scalars.push_back(ScalarOf(v)); break;
+    case kIntArg: a.kind = Arg::Kind::Int; a.i = v.cast<int64_t>(); break;
+    case kDtypeArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<at::ScalarType>()); break;
+    case kLayoutArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<c10::Layout>()); break;
+    case kMemoryFormatArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<at::MemoryFormat>()); break;
+    case kDoubleArg: a.kind = Arg::Kind::Double; a.d = v.cast<double>(); break;
+    case kBoolArg: a.kind = Arg::Kind::Bool; a.b = v.cast<bool>(); break;
+    case kIntsArg: a.kind = Arg::Kind::IntList; a.ints = v.cast<std::vector<int64_t>>(); break;
+    case kDoublesArg: a.kind = Arg::Kind::DoubleList; a.doubles = v.cast<std::vector<double>>(); break;
+    case kBoolsArg:
+      a.kind = Arg::Kind::BoolList;
+      for (bool x : v.cast<std::vector<bool>>()) a.ints.push_back(x);
+      break;
+    case kStringArg: a.kind = Arg::Kind::String; a.s = v.cast<std::string>(); break;
+    case kTensorsArg: a.kind = Arg::Kind::TensorList; g.ids = v.cast<std::vector<int64_t>>(); break;
+    case kScalarsArg:
+      a.kind = Arg::Kind::TensorList;
+      for (py::handle s : v) g.scalars.push_back(ScalarOf(s));
+      break;
+    default: throw std::invalid_argument("unknown argument kind " + std::to_string(g.kind));
+  }
+  return g;
+}
+
+// Thrown when a program cannot be built for these inputs; Python runs the graph eagerly.
+struct NotLowerable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::atomic<int64_t> g_graph_runs{0}, g_graph_programs{0};
+
+class Graph {
+ public:
+  explicit Graph(const py::tuple& desc) {
+    name_ = desc[0].cast<std::string>();
+    for (py::handle h : desc[1]) inputs_.push_back(TypeOf(h));
+    int64_t next_id = static_cast<int64_t>(inputs_.size());
+    for (const GType& t : inputs_) value_types_.push_back(t);
+    for (py::handle h : desc[2]) {
+      auto n = h.cast<py::tuple>();
+      GNode node;
+      node.name = n[0].cast<std::string>();
+      node.op = n[1].cast<std::string>();
+      node.fn = node.op == "aten::copy_" ? nullptr : lowering::Find(node.op);
+      for (py::handle a : n[2]) node.args.push_back(ArgOf(a));
+      for (py::handle o : n[3]) node.outs.push_back(TypeOf(o));
+      node.first_id = next_id;
+      next_id += static_cast<int64_t>(node.outs.size());
+      for (const GType& t : node.outs) value_types_.push_back(t);
+      nodes_.push_back(std::move(node));
+    }
+    for (py::handle h : desc[3]) {
+      auto o = h.cast<py::tuple>();
+      GOutput out;
+      out.kind = static_cast<GOutput::Kind>(o[0].cast<int>());
+      out.index = o[1].cast<int64_t>();
+      outputs_.push_back(out);
+    }
+    for (const GOutput& o : outputs_) {
+      if (o.kind != GOutput::Value) continue;
+      bool seen = false;
+      for (int64_t id : new_values_) seen |= id == o.index;
+      if (!seen) new_values_.push_back(o.index);
+    }
+  }
+
+  // Lowers every node over parameters of the inputs' logical types; returns the nodes that
+  // cannot be lowered as (node index, reason). Nothing is compiled.
+  std::vector<std::pair<int64_t, std::string>> Check() const {
+    shlo::Builder b;
+    std::vector<shlo::Value> values(value_types_.size());
+    std::vector<std::pair<int64_t, std::string>> bad;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (!inputs_[i].defined) continue;  // not a tpu tensor: its users are not lowered
+      try {
+        values[i] = b.Param(inputs_[i].type());
+      } catch (const std::exception& e) {
+        bad.emplace_back(-1 - static_cast<int64_t>(i), e.what());
+        return bad;
+      }
+    }
+    std::vector<std::pair<size_t, shlo::Value>> mutations;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      try {
+        LowerNode(b, nodes_[n], values, mutations);
+      } catch (const std::exception& e) {
+        bad.emplace_back(static_cast<int64_t>(n), e.what());
+        for (size_t k = 0; k < nodes_[n].outs.size(); ++k) {
+          const GType& t = nodes_[n].outs[k];
+          if (!t.defined) continue;
+          try {
+            values[nodes_[n].first_id + k] = b.Constant(0, t.type());
+          } catch (const std::exception&) {
+          }
+        }
+      }
+    }
+    return bad;
+  }
+
+  py::list Run(const py::list& args) {
+    size_t n = inputs_.size();
+    TORCH_CHECK(args.size() == n, "tpu: compiled graph ", name_, " takes ", n, " inputs, got ", args.size());
+    std::vector<at::Tensor> tensors;
+    tensors.reserve(n);
+    int device = -1;
+    for (size_t i = 0; i < n; ++i) {
+      at::Tensor t = args[i].cast<at::Tensor>();
+      if (inputs_[i].cpu_scalar && !t.device().is_privateuseone()) {
+        TORCH_CHECK(t.dim() == 0 && t.device().is_cpu(), "tpu: compiled graph ", name_, ": input ", i,
+                    " should be a 0-d CPU tensor");
+        tensors.push_back(std::move(t));
+        continue;
+      }
+      TORCH_CHECK(t.device().type() == kTpu, "tpu: compiled graph ", name_, ": input ", i, " is on ", t.device());
+      if (device < 0) device = t.device().index();
+      TORCH_CHECK(t.device().index() == device, "tpu: compiled graph ", name_,
+                  ": inputs are on several devices (tpu:", device, " and ", t.device(), ")");
+      tensors.push_back(std::move(t));
+    }
+    if (device < 0) device = CurrentDevice();
+
+    std::vector<int64_t> key;
+    std::vector<TpuStorage*> storages;
+    key.reserve(n * 8);
+    for (const at::Tensor& t : tensors) {
+      if (!t.device().is_privateuseone()) {
+        storages.push_back(nullptr);
+        key.push_back(-2);
+        key.push_back(static_cast<int64_t>(t.scalar_type()));
+        continue;
+      }
+      TpuStorage* s = StorageOf(t);
+      int64_t alias = -1;
+      for (size_t j = 0; j < storages.size(); ++j)
+        if (storages[j] == s) alias = static_cast<int64_t>(j);
+      storages.push_back(s);
+      key.push_back(alias);
+      key.push_back(static_cast<int64_t>(t.scalar_type()));
+      for (int64_t d : t.sizes()) key.push_back(d);
+      for (int64_t d : t.strides()) key.push_back(d);
+      key.push_back(t.storage_offset());
+      key.push_back(static_cast<int64_t>(s->nbytes));
+      key.push_back(s->buffer ? static_cast<int64_t>(s->elem) : -1);
+    }
+    std::shared_ptr<Program> program;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = programs_.find(key);
+      if (it != programs_.end()) program = it->second;
+    }
+    if (!program) {
+      program = Build(tensors, storages);
+      std::lock_guard<std::mutex> lock(mu_);
+      programs_[key] = program;
+    }
+
+    Runtime& rt = Runtime::Get();
+    std::vector<pjrt::BufferPtr> keep;
+    std::vector<PJRT_Buffer*> raw;
+    for (size_t p = 0; p < program->params.size(); ++p) {
+      size_t input = program->params[p];
+      if (storages[input]) {
+        keep.push_back(storages[input]->Materialize(program->param_elems[p]));
+      } else {  // a 0-d CPU tensor
+        at::Tensor v = tensors[input].to(ToScalarType(program->param_elems[p])).contiguous();
+        keep.push_back(rt.client().FromHost(v.data_ptr(), runtime::ToPjrt(program->param_elems[p]), {}, device));
+      }
+      raw.push_back(keep.back()->raw());
+    }
+    std::vector<pjrt::BufferPtr> outs;
+    try {
+      outs = program->exe->Execute(rt.client().device(device), raw);
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      RethrowAsTorchError(e, "compiled graph " + name_);
+    }
+    runtime::GetMetrics().executions++;
+    g_graph_runs++;
+
+    std::vector<py::object> fresh;
+    c10::DeviceGuard guard(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
+    for (size_t k = 0; k < new_values_.size(); ++k) {
+      const GType& t = value_types_[new_values_[k]];
+      at::Tensor out = at::empty_strided(t.sizes, program->out_strides[k],
+                                         at::TensorOptions().dtype(t.dtype).device(kTpu, device));
+      StorageOf(out)->Assign(outs[k], ToElemType(t.dtype));
+      fresh.push_back(py::cast(out));
+    }
+    for (size_t w = 0; w < program->writes.size(); ++w) {
+      storages[program->writes[w]]->Assign(outs[new_values_.size() + w], program->write_elems[w]);
+    }
+    py::list result;
+    for (const GOutput& o : outputs_) {
+      if (o.kind == GOutput::None) {
+        result.append(py::none());
+      } else if (o.kind == GOutput::Input) {
+        result.append(args[o.index]);
+      } else {
+        for (size_t k = 0; k < new_values_.size(); ++k)
+          if (new_values_[k] == o.index) result.append(fresh[k]);
+      }
+    }
+    return result;
+  }
+
+  std::string last_module() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_module_;
+  }
+
+  size_t num_programs() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return programs_.size();
+  }
+
+ private:
+  struct Program {
+    pjrt::ExecutablePtr exe;
+    std::vector<size_t> params;  // input whose storage buffer is each parameter
+    std::vector<shlo::ElemType> param_elems;
+    std::vector<std::vector<int64_t>> out_strides;  // of each new value
+    std::vector<size_t> writes;  // input whose storage receives each trailing output
+    std::vector<shlo::ElemType> write_elems;
+  };
+
+  struct KeyHash {
+    size_t operator()(const std::vector<int64_t>& v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t x : v) {
+        h ^= static_cast<uint64_t>(x);
+        h *= 1099511628211ull;
+      }
+      return h;
+    }
+  };
+
+  // PyTorch's result_type over a node's tensor operands and Scalars (as eager computes it).
+  at::ScalarType Common(const GNode& node) const {
+    at::native::ResultTypeState state;
+    for (const GArg& g : node.args) {
+      if (g.kind == kTensorArg) {
+        const GType& t = value_types_.at(g.id);
+        auto meta = at::empty(t.sizes.empty() ? at::IntArrayRef{} : at::IntArrayRef{1},
+                              at::TensorOptions().dtype(t.dtype).device(at::kMeta));
+        state = at::native::update_result_type_state(meta, state);
+      }
+      for (const c10::Scalar& s : g.scalars) state = at::native::update_result_type_state(s, state);
+    }
+    return at::native::result_type(state);
+  }
+
+  shlo::Value ScalarValue(shlo::Builder& b, const c10::Scalar& s, shlo::ElemType elem) const {
+    if (s.isComplex() || shlo::IsComplex(elem)) throw lowering::Unsupported("complex scalar");
+    shlo::TensorType t{elem, {}};
+    if (s.isBoolean()) return b.ConstantInt(s.toBool() ? 1 : 0, t);
+    if (s.isIntegral(false)) return b.ConstantInt(s.toLong(), t);
+    return b.Constant(s.toDouble(), t);
+  }
+
+  // Lowers one node into `values`; a copy_ into an input records a mutation instead.
+  void LowerNode(shlo::Builder& b, const GNode& node, std::vector<shlo::Value>& values,
+                 std::vector<std::pair<size_t, shlo::Value>>& mutations) const {
+    if (node.op == "aten::copy_") {
+      int64_t target = node.args.at(0).id, src = node.args.at(1).id;
+      if (target < 0 || target >= static_cast<int64_t>(inputs_.size()))
+        throw lowering::Unsupported("copy_ into a value that is not a graph input");
+      lowering::Ctx ctx{b, {inputs_[target].type()}, shlo::ElemType::F32};
+      shlo::Value v = lowering::CastTo(ctx, values.at(src), inputs_[target].type());
+      mutations.emplace_back(static_cast<size_t>(target), v);
+      values[node.first_id] = v;
+      return;
+    }
+    if (!node.fn) throw lowering::Unsupported("no lowering for " + node.op);
+    lowering::Ctx ctx{b, {}, shlo::ElemType::F32};
+    for (const GType& t : node.outs) {
+      if (!t.defined) {
+        ctx.outputs.push_back({shlo::ElemType::F32, {}});
+        continue;
+      }
+      if (!IsSupportedDtype(t.dtype)) throw lowering::Unsupported("unsupported dtype");
+      ctx.outputs.push_back(t.type());
+    }
+    at::ScalarType common = Common(node);
+    bool has_tensor = false;
+    for (const GArg& g : node.args) has_tensor |= g.kind == kTensorArg || g.kind == kTensorsArg;
+    if (common != at::ScalarType::Undefined && IsSupportedDtype(common)) ctx.common = ToElemType(common);
+    // Scalars enter as constants of the promoted type, as eager feeds them at run time;
+    // factories (no tensor operands) take the output's type so no precision is lost.
+    auto scalar_elem = [&](const c10::Scalar& s) {
+      if (!has_tensor && !ctx.outputs.empty() && node.outs[0].defined) return ctx.outputs[0].elem;
+      if (common != at::ScalarType::Undefined && IsSupportedDtype(common)) return ToElemType(common);
+      return ToElemType(s.type());
+    };
+    std::vector<Arg> args;
+    args.reserve(node.args.size());
+    for (const GArg& g : node.args) {
+      Arg a = g.arg;
+      if (g.kind == kTensorArg) {
+        a.value = values.at(g.id);
+        if (!a.value.valid()) throw lowering::Unsupported("operand has no value");
+      } else if (g.kind == kScalarArg) {
+        a.value = ScalarValue(b, g.scalars[0], scalar_elem(g.scalars[0]));
+      } else if (g.kind == kTensorsArg) {
+        for (int64_t id : g.ids) a.values.push_back(id < 0 ? shlo::Value{} : values.at(id));
+      } else if (g.kind == kScalarsArg) {
+        for (const c10::Scalar& s : g.scalars) a.values.push_back(ScalarValue(b, s, scalar_elem(s)));
+      }
+      args.push_back(std::move(a));
+    }
+    std::vector<shlo::Value> results = node.fn(ctx, lowering::Args(args));
+    if (results.size() != node.outs.size()) {
+      throw std::runtime_error("lowering returned " + std::to_string(results.size()) + " results, expected " +
+                               std::to_string(node.outs.size()));
+    }
+    for (size_t k = 0; k < results.size(); ++k) {
+      if (!node.outs[k].defined) continue;
+      values[node.first_id + k] = lowering::CastTo(ctx, results[k], ctx.outputs[k]);
+    }
+  }
+
+  static bool IsDense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+    if (strides.size() != sizes.size()) return false;
+    std::vector<size_t> perm(sizes.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+    std::stable_sort(perm.begin(), perm.end(), [&](size_t a, size_t c) { return strides[a] > strides[c]; });
+    int64_t expected = 1;
+    for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
+      if (sizes[*it] != 1 && strides[*it] != expected) return false;
+      expected *= sizes[*it];
+    }
+    return true;
+  }
+
+  // After a failed compile: compiles node after node alone to name the first one the plugin
+  // rejects (within a time budget; this runs only on the error path).
+  std::string LocateCompileFailure() const {
+    auto start = std::chrono::steady_clock::now();
+    for (const GNode& node : nodes_) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) break;
+      if (!node.fn) continue;
+      shlo::Builder b;
+      std::vector<shlo::Value> values(value_types_.size());
+      auto param = [&](int64_t id) {
+        if (id >= 0 && !values[id].valid() && value_types_[id].defined) values[id] = b.Param(value_types_[id].type());
+      };
+      std::vector<std::pair<size_t, shlo::Value>> mutations;
+      std::vector<shlo::Value> results;
+      try {
+        for (const GArg& g : node.args) {
+          param(g.id);
+          for (int64_t id : g.ids) param(id);
+        }
+        LowerNode(b, node, values, mutations);
+        for (size_t k = 0; k < node.outs.size(); ++k)
+          if (node.outs[k].defined) results.push_back(values[node.first_id + k]);
+        if (results.empty()) continue;
+        Runtime::Get().Compile(b.Module(results), node.op);
+      } catch (const std::exception&) {
+        return ", first failing node '" + node.name + "' (" + node.op + ")";
+      }
+    }
+    return "";
+  }
+
+  std::shared_ptr<Program> Build(const std::vector<at::Tensor>& tensors, const std::vector<TpuStorage*>& storages) {
+    auto program = std::make_shared<Program>();
+    shlo::Builder b;
+    std::vector<shlo::Value> values(value_types_.size());
+    std::unordered_map<TpuStorage*, shlo::Value> storage_values;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& t = tensors[i];
+      TpuStorage* s = storages[i];
+      shlo::ElemType want = ToElemType(t.scalar_type());
+      if (!s) {
+        program->params.push_back(i);
+        program->param_elems.push_back(want);
+        values[i] = b.Param({want, {}});
+        continue;
+      }
+      auto it = storage_values.find(s);
+      shlo::Value storage;
+      if (it != storage_values.end()) {
+        storage = it->second;
+      } else {
+        shlo::ElemType elem = s->buffer ? s->elem : want;
+        program->params.push_back(i);
+        program->param_elems.push_back(elem);
+        storage = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
+        storage_values[s] = storage;
+      }
+      if (storage.type.elem != want) {
+        if (shlo::ByteSize(storage.type.elem) != shlo::ByteSize(want))
+          throw NotLowerable("an input's storage holds elements of another size");
+        storage = b.BitcastConvert(storage, {want, storage.type.dims});
+      }
+      values[i] = lowering::ReadView(b, storage, GeometryOf(t));
+    }
+    std::vector<std::pair<size_t, shlo::Value>> mutations;
+    for (const GNode& node : nodes_) {
+      try {
+        LowerNode(b, node, values, mutations);
+      } catch (const lowering::Unsupported& e) {
+        throw NotLowerable("node '" + node.name + "' (" + node.op + "): " + e.what());
+      } catch (const c10::Error& e) {
+        TORCH_CHECK(false, "tpu: torch.compile: lowering node '", node.name, "' (", node.op, ") failed: ",
+                    e.what_without_backtrace());
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "tpu: torch.compile: lowering node '", node.name, "' (", node.op, ") failed: ", e.what());
+      }
+    }
+    std::vector<shlo::Value> results;
+    for (int64_t id : new_values_) {
+      const GType& t = value_types_[id];
+      std::vector<int64_t> strides = t.strides;
+      if (!IsDense(t.sizes, strides)) {
+        auto contiguous = c10::contiguous_strides(t.sizes);
+        strides.assign(contiguous.begin(), contiguous.end());
+      }
+      if (!values[id].valid()) throw NotLowerable("graph output has no value");
+      results.push_back(lowering::LayOut(b, values[id], strides));
+      program->out_strides.push_back(std::move(strides));
+    }
+    // Mutated inputs: write each new value into its storage (views write in place).
+    std::vector<TpuStorage*> written;
+    for (const auto& [input, value] : mutations) {
+      const at::Tensor& t = tensors[input];
+      TpuStorage* s = storages[input];
+      auto g = GeometryOf(t);
+      shlo::Value v = value;
+      shlo::Value updated;
+      if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
+        updated = b.Reshape(v, {g.storage_numel});
+      } else {
+        shlo::Value base = storage_values.at(s);
+        if (base.type.elem != v.type.elem) {
+          if (shlo::ByteSize(base.type.elem) != shlo::ByteSize(v.type.elem))
+            throw NotLowerable("write into a storage of another element size");
+          v = b.BitcastConvert(v, {base.type.elem, v.type.dims});
+        }
+        g.storage_numel = base.type.dims[0];
+        updated = lowering::WriteView(b, base, g, v);
+      }
+      storage_values[s] = updated;
+      size_t w = 0;
+      while (w < written.size() && written[w] != s) ++w;
+      if (w == written.size()) {
+        written.push_back(s);
+        program->writes.push_back(input);
+        program->write_elems.push_back(updated.type.elem);
+        results.push_back(updated);
+      } else {
+        results[new_values_.size() + w] = updated;
+        program->write_elems[w] = updated.type.elem;
+      }
+    }
+    std::string text = b.Module(results);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_module_ = text;
+    }
+    try {
+      program->exe = Runtime::Get().Compile(text, "compiled graph " + name_);
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      RethrowAsTorchError(e, "tpu: torch.compile: compiling graph " + name_ + LocateCompileFailure());
+    }
+    g_graph_programs++;
+    return program;
+  }
+
+  std::string name_;
+  std::vector<GType> inputs_;
+  std::vector<GNode> nodes_;
+  std::vector<GOutput> outputs_;
+  std::vector<GType> value_types_;
+  std::vector<int64_t> new_values_;  // distinct value ids returned as new tensors
+  mutable std::mutex mu_;
+  std::string last_module_;  // the text of the latest program built (for debugging)
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Program>, KeyHash> programs_;
+};
+
+}  // namespace
+
+void RegisterGraphBindings(py::module_& m) {
+  py::register_exception<NotLowerable>(m, "GraphNotLowerable", PyExc_NotImplementedError);
+  py::class_<Graph, std::shared_ptr<Graph>>(m, "_Graph")
+      .def(py::init<const py::tuple&>())
+      .def("check", &Graph::Check)
+      .def("run", &Graph::Run)
+      .def_property_readonly("num_programs", &Graph::num_programs)
+      .def_property_readonly("module_text", &Graph::last_module);
+  m.def(
+      "_graph_stats",
+      [](bool reset) {
+        py::dict d;
+        d["compile_graph_runs"] = reset ? g_graph_runs.exchange(0) : g_graph_runs.load();
+        d["compile_programs_built"] = reset ? g_graph_programs.exchange(0) : g_graph_programs.load();
+        return d;
+      },
+      py::arg("reset") = false);
+  m.def("_graph_only_ops", &lowering::GraphOnlyOps);
+}
+
+}  // namespace tpu::aten

@@ -1,0 +1,199 @@
+// Convolution and its gradients through stablehlo.convolution (N-d, strided, padded,
+// dilated, grouped, transposed). PyTorch lays inputs out as [N, C, spatial...] and weights
+// as [Cout, Cin/groups, k...] ([Cin, Cout/groups, k...] when transposed). f16/bf16 compute in
+// f32. The gradients are convolutions too (the transposes of the forward one).
+#include <algorithm>
+
+#include "lowering.h"
+
+namespace tpu::lowering {
+namespace {
+
+struct ConvParams {
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false;
+  int64_t groups = 1;
+};
+
+// Arguments `first`.. of convolution(input, weight, bias, stride, padding, dilation,
+// transposed, output_padding, groups), with 1-element lists repeated per spatial dim.
+ConvParams ParamsAt(const Args& a, size_t first, int64_t spatial) {
+  auto spread = [&](const std::vector<int64_t>& v, int64_t fill) {
+    if (v.empty()) return std::vector<int64_t>(spatial, fill);
+    if (v.size() == 1) return std::vector<int64_t>(spatial, v[0]);
+    return v;
+  };
+  ConvParams p;
+  p.stride = spread(a.ints(first), 1);
+  p.padding = spread(a.ints(first + 1), 0);
+  p.dilation = spread(a.ints(first + 2), 1);
+  p.transposed = a.bool_(first + 3);
+  p.output_padding = spread(a.ints(first + 4), 0);
+  p.groups = a.int_(first + 5);
+  return p;
+}
+
+// "[b, f, 0, 1]"-style layout strings: `first` and `second` name dims 0 and 1.
+std::string Layout(const char* first, const char* second, int64_t spatial) {
+  std::string s = std::string("[") + first + ", " + second;
+  for (int64_t i = 0; i < spatial; ++i) s += ", " + std::to_string(i);
+  return s + "]";
+}
+
+struct ConvSpec {
+  std::string lhs = "bf", rhs = "oi", out = "bf";  // what dims 0 and 1 of each operand are
+  std::vector<int64_t> strides, lhs_dilation, rhs_dilation;
+  std::vector<std::pair<int64_t, int64_t>> padding;
+  int64_t feature_groups = 1, batch_groups = 1;
+};
+
+Value Convolution(Ctx& ctx, Value lhs, Value rhs, const ConvSpec& s, const TensorType& result) {
+  int64_t n = lhs.type.rank() - 2;
+  auto layout = [&](const std::string& two) {
+    return Layout(std::string(1, two[0]).c_str(), std::string(1, two[1]).c_str(), n);
+  };
+  std::string pad;
+  for (const auto& [lo, hi] : s.padding) pad += std::string(pad.empty() ? "" : ", ") + "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  std::string precision = lhs.type.elem == ElemType::F32 || lhs.type.elem == ElemType::F64 ? "HIGHEST" : "DEFAULT";
+  std::string attrs = "batch_group_count = " + std::to_string(s.batch_groups) + " : i64, dimension_numbers = #stablehlo.conv<" +
+                      layout(s.lhs) + "x" + layout(s.rhs) + "->" + layout(s.out) +
+                      ">, feature_group_count = " + std::to_string(s.feature_groups) +
+                      " : i64, lhs_dilation = " + shlo::DenseI64(s.lhs_dilation) + ", padding = dense<[" + pad +
+                      "]> : tensor<" + std::to_string(n) + "x2xi64>, precision_config = [#stablehlo<precision " +
+                      precision + ">, #stablehlo<precision " + precision + ">], rhs_dilation = " +
+                      shlo::DenseI64(s.rhs_dilation) + ", window_strides = " + shlo::DenseI64(s.strides);
+  return ctx.b.Op1("stablehlo.convolution", {lhs, rhs}, result, attrs);
+}
+
+Value Reverse(Ctx& ctx, Value v, int64_t from_dim) {
+  std::vector<int64_t> dims;
+  for (int64_t d = from_dim; d < v.type.rank(); ++d) dims.push_back(d);
+  return ctx.b.Op1("stablehlo.reverse", {v}, v.type, "dimensions = " + shlo::DenseI64(dims));
+}
+
+// [A, B/g, k...] -> [B, A/g, k...]: swaps the two feature dims of a weight within each group.
+Value SwapGroupedFeatures(Ctx& ctx, Value w, int64_t groups) {
+  const auto& d = w.type.dims;
+  std::vector<int64_t> split = {groups, d[0] / groups, d[1]};
+  split.insert(split.end(), d.begin() + 2, d.end());
+  std::vector<int64_t> perm = {0, 2, 1};
+  for (size_t i = 3; i < split.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+  Value t = ctx.b.Transpose(ctx.b.Reshape(w, split), perm);
+  std::vector<int64_t> merged = {d[1] * groups, d[0] / groups};
+  merged.insert(merged.end(), d.begin() + 2, d.end());
+  return ctx.b.Reshape(t, merged);
+}
+
+std::vector<int64_t> Spatial(const Value& v) { return {v.type.dims.begin() + 2, v.type.dims.end()}; }
+
+// y = conv(x, w): the forward convolution (w is [Cout, Cin/g, k...]).
+Value Forward(Ctx& ctx, Value x, Value w, const ConvParams& p, const TensorType& result) {
+  ConvSpec s;
+  s.strides = p.stride;
+  s.rhs_dilation = p.dilation;
+  s.lhs_dilation.assign(p.stride.size(), 1);
+  for (int64_t pad : p.padding) s.padding.emplace_back(pad, pad);
+  s.feature_groups = p.groups;
+  return Convolution(ctx, x, w, s, result);
+}
+
+// The transpose of Forward with respect to x: given dy (shaped like y), the input-shaped
+// result. Also the forward of a transposed convolution. `in_sizes` are x's spatial sizes.
+Value InputGrad(Ctx& ctx, Value dy, Value w, const ConvParams& p, const TensorType& result) {
+  std::vector<int64_t> k = Spatial(w), out = Spatial(dy), in(result.dims.begin() + 2, result.dims.end());
+  ConvSpec s;
+  s.strides.assign(k.size(), 1);
+  s.lhs_dilation = p.stride;
+  s.rhs_dilation = p.dilation;
+  for (size_t i = 0; i < k.size(); ++i) {
+    int64_t lo = p.dilation[i] * (k[i] - 1) - p.padding[i];
+    int64_t hi = in[i] + p.dilation[i] * (k[i] - 1) - (out[i] - 1) * p.stride[i] - 1 - lo;
+    s.padding.emplace_back(lo, hi);
+  }
+  s.feature_groups = p.groups;
+  return Convolution(ctx, dy, Reverse(ctx, SwapGroupedFeatures(ctx, w, p.groups), 2), s, result);
+}
+
+// The transpose of Forward with respect to w: dw[o, i, k] = sum_n,pos dy[n, o, pos] * x[n, i, pos * stride + k * dilation - pad].
+Value WeightGrad(Ctx& ctx, Value x, Value dy, const ConvParams& p, const TensorType& result) {
+  std::vector<int64_t> k(result.dims.begin() + 2, result.dims.end()), out = Spatial(dy), in = Spatial(x);
+  ConvSpec s;
+  s.lhs = "fb";  // x: dim 0 (N) is the contraction, dim 1 (Cin) the batch
+  s.rhs = "io";  // dy: dim 0 (N) contracts, dim 1 (Cout) gives output features
+  s.out = "fb";  // result [Cout, Cin/g, k...]
+  s.strides = p.dilation;
+  s.rhs_dilation = p.stride;
+  s.lhs_dilation.assign(k.size(), 1);
+  for (size_t i = 0; i < k.size(); ++i) {
+    int64_t lo = p.padding[i];
+    int64_t hi = (k[i] - 1) * p.dilation[i] + (out[i] - 1) * p.stride[i] + 1 - in[i] - lo;
+    if (hi < 0) {  // trailing inputs no window reaches
+      std::vector<int64_t> limit = x.type.dims;
+      limit[2 + i] += hi;
+      x = ctx.b.Slice(x, std::vector<int64_t>(limit.size(), 0), limit, std::vector<int64_t>(limit.size(), 1));
+      hi = 0;
+    }
+    s.padding.emplace_back(lo, hi);
+  }
+  s.batch_groups = p.groups;
+  return Convolution(ctx, x, dy, s, result);
+}
+
+TensorType Compute(const TensorType& t) { return {AccumulatorType(t.elem), t.dims}; }
+
+Value AddBias(Ctx& ctx, Value y, Value bias) {
+  return ctx.b.Binary("add", y, ctx.b.BroadcastInDim(ConvertTo(ctx, bias, y.type.elem), y.type.dims, {1}));
+}
+
+// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+std::vector<Value> LowerConvolution(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  if (a.tensor(0).type.rank() < 3) throw Unsupported("convolution of an unbatched input");
+  ElemType c = AccumulatorType(t.elem);
+  Value x = ConvertTo(ctx, a.tensor(0), c), w = ConvertTo(ctx, a.tensor(1), c);
+  ConvParams p = ParamsAt(a, 3, x.type.rank() - 2);
+  Value y = p.transposed ? InputGrad(ctx, x, w, p, Compute(t)) : Forward(ctx, x, w, p, Compute(t));
+  if (!a.is_none(2)) y = AddBias(ctx, y, a.tensor(2));
+  return {ConvertTo(ctx, y, t.elem)};
+}
+
+// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+// transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+std::vector<Value> LowerConvolutionBackward(Ctx& ctx, const Args& a) {
+  ElemType c = AccumulatorType(ctx.out(0).elem);
+  Value dy = ConvertTo(ctx, a.tensor(0), c), x = ConvertTo(ctx, a.tensor(1), c), w = ConvertTo(ctx, a.tensor(2), c);
+  if (x.type.rank() < 3) throw Unsupported("convolution of an unbatched input");
+  ConvParams p = ParamsAt(a, 4, x.type.rank() - 2);
+  const auto& mask = a.raw(10).ints;  // bool[3]
+  std::vector<Value> out;
+  auto want = [&](size_t i) { return i >= mask.size() || mask[i] != 0; };
+  // For a transposed convolution the roles of input and output swap.
+  if (want(0)) {
+    TensorType r = Compute(ctx.out(0));
+    out.push_back(ConvertTo(ctx, p.transposed ? Forward(ctx, dy, w, p, r) : InputGrad(ctx, dy, w, p, r), ctx.out(0).elem));
+  } else {
+    out.push_back(ctx.b.Constant(0, ctx.out(0)));
+  }
+  if (want(1)) {
+    TensorType r = Compute(ctx.out(1));
+    out.push_back(ConvertTo(ctx, p.transposed ? WeightGrad(ctx, dy, x, p, r) : WeightGrad(ctx, x, dy, p, r), ctx.out(1).elem));
+  } else {
+    out.push_back(ctx.b.Constant(0, ctx.out(1)));
+  }
+  if (want(2)) {
+    std::vector<int64_t> dims = {0};
+    for (int64_t d = 2; d < dy.type.rank(); ++d) dims.push_back(d);
+    Value sum = ctx.b.Reduce(dy, ctx.b.Constant(0, {c, {}}), dims, "add");
+    out.push_back(ConvertTo(ctx, ctx.b.Reshape(sum, ctx.out(2).dims), ctx.out(2).elem));
+  } else {
+    out.push_back(ctx.b.Constant(0, ctx.out(2)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TPU_LOWERING("aten::convolution", LowerConvolution);
+TPU_LOWERING("aten::convolution_backward", LowerConvolutionBackward);
+
+}  // namespace tpu::lowering

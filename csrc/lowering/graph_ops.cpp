@@ -1,0 +1,309 @@
+// Graph-only lowerings of ops that eager runs without a lowering: copies and factories are
+// kernels or composites in csrc/aten, and the indexing ops here still take the CPU fallback
+// in eager (they need PyTorch's index errors there, which a compiled graph cannot raise).
+// They appear as nodes of torch.compile graphs after core ATen decomposition.
+#include <algorithm>
+
+#include "lowering.h"
+
+namespace tpu::lowering {
+namespace {
+
+// _to_copy, clone, copy(self, src), lift_fresh_copy: the value converted to the output type.
+std::vector<Value> LowerCopyOf0(Ctx& ctx, const Args& a) { return {CastTo(ctx, a.tensor(0), ctx.out())}; }
+std::vector<Value> LowerCopyOf1(Ctx& ctx, const Args& a) { return {CastTo(ctx, a.tensor(1), ctx.out())}; }
+
+// full(size, v), scalar_tensor(v), full_like(x, v), new_full(x, size, v): v everywhere.
+template <size_t kValueArg>
+std::vector<Value> LowerFill(Ctx& ctx, const Args& a) {
+  return {CastTo(ctx, a.tensor(kValueArg), ctx.out())};
+}
+
+// zeros, ones, empty (uninitialised in PyTorch; zeros here) and their _like / new_ forms.
+template <int kValue>
+std::vector<Value> LowerConstant(Ctx& ctx, const Args&) { return {ctx.b.Constant(kValue, ctx.out())}; }
+
+// arange(start, end, step)[i] = start + i * step, computed in f32 (half types) or the
+// output type, as PyTorch's kernels do.
+std::vector<Value> ArangeFrom(Ctx& ctx, Value start, Value step) {
+  const TensorType& t = ctx.out();
+  TensorType c{IsFloat(t.elem) ? AccumulatorType(t.elem) : ElemType::S64, t.dims};
+  Value i = ctx.b.Iota(c, 0);
+  Value v = ctx.b.Binary("add", CastTo(ctx, start, c), ctx.b.Binary("multiply", i, CastTo(ctx, step, c)));
+  return {ConvertTo(ctx, v, t.elem)};
+}
+std::vector<Value> LowerArange(Ctx& ctx, const Args&) {
+  return ArangeFrom(ctx, ctx.b.Constant(0, {ElemType::S64, {}}), ctx.b.Constant(1, {ElemType::S64, {}}));
+}
+std::vector<Value> LowerArangeStart(Ctx& ctx, const Args& a) {
+  return ArangeFrom(ctx, a.tensor(0), ctx.b.Constant(1, {ElemType::S64, {}}));
+}
+std::vector<Value> LowerArangeStartStep(Ctx& ctx, const Args& a) { return ArangeFrom(ctx, a.tensor(0), a.tensor(2)); }
+
+// prims.fma(a, b, c) = a * b + c (the foreach optimizers' decompositions use it).
+std::vector<Value> LowerFma(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  TensorType c{AccumulatorType(t.elem), t.dims};
+  Value p = ctx.b.Binary("multiply", CastTo(ctx, a.tensor(0), c), CastTo(ctx, a.tensor(1), c));
+  return {ConvertTo(ctx, ctx.b.Binary("add", p, CastTo(ctx, a.tensor(2), c)), t.elem)};
+}
+
+// slice_scatter(self, src, dim, start, end, step): self with self[start:end:step] = src.
+// The strided case pads src into place (interior padding = step - 1) and selects it.
+std::vector<Value> LowerSliceScatter(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value self = CastTo(ctx, a.tensor(0), t), src = ConvertTo(ctx, a.tensor(1), t.elem);
+  if (t.rank() == 0 || src.type.numel() == 0) return {self};
+  int64_t dim = WrapDim(a.int_or(2, 0), t.rank()), size = t.dims[dim];
+  int64_t start = a.is_none(3) ? 0 : a.int_(3);
+  if (start < 0) start += size;
+  start = std::min(std::max<int64_t>(start, 0), size);
+  int64_t step = a.int_or(5, 1), n = src.type.dims[dim];
+  if (step == 1) {
+    std::vector<int64_t> at(t.rank(), 0);
+    at[dim] = start;
+    return {ctx.b.DynamicUpdateSlice(self, src, at)};
+  }
+  int64_t last = start + (n - 1) * step;
+  std::vector<int64_t> lo(t.rank(), 0), hi(t.rank(), 0), interior(t.rank(), 0);
+  lo[dim] = start;
+  hi[dim] = size - last - 1;
+  interior[dim] = step - 1;
+  Value placed = ctx.b.Pad(src, ctx.b.Constant(0, {t.elem, {}}), lo, hi, interior);
+  TensorType it{ElemType::S64, t.dims};
+  Value i = ctx.b.Binary("subtract", ctx.b.Iota(it, dim), ctx.b.ConstantInt(start, it));
+  Value in_range = ctx.b.Binary("and", ctx.b.Compare(Cmp::GE, i, ctx.b.ConstantInt(0, it)),
+                                ctx.b.Compare(Cmp::LE, i, ctx.b.ConstantInt(last - start, it)));
+  Value on_step = ctx.b.Compare(Cmp::EQ, ctx.b.Binary("remainder", i, ctx.b.ConstantInt(step, it)),
+                                ctx.b.ConstantInt(0, it));
+  return {ctx.b.Select(ctx.b.Binary("and", in_range, on_step), placed, self)};
+}
+
+// select_scatter(self, src, dim, index): self with self.select(dim, index) = src.
+std::vector<Value> LowerSelectScatter(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value self = CastTo(ctx, a.tensor(0), t);
+  int64_t dim = WrapDim(a.int_(2), t.rank()), index = a.int_(3);
+  if (index < 0) index += t.dims[dim];
+  std::vector<int64_t> dims = t.dims, at(t.rank(), 0);
+  dims[dim] = 1;
+  at[dim] = index;
+  Value src = ctx.b.Reshape(ConvertTo(ctx, a.tensor(1), t.elem), dims);
+  return {ctx.b.DynamicUpdateSlice(self, src, at)};
+}
+
+// embedding(weight, indices) = weight[indices]: index_select of the flattened indices.
+std::vector<Value> LowerEmbedding(Ctx& ctx, const Args& a) {
+  static const LowerFn index_select = Find("aten::index_select");
+  Value weight = a.tensor(0), indices = a.tensor(1);
+  int64_t n = indices.type.numel();
+  std::vector<int64_t> rows = weight.type.dims;
+  rows[0] = n;
+  std::vector<Arg> args(3);
+  args[0].kind = Arg::Kind::Tensor;
+  args[0].value = weight;
+  args[1].kind = Arg::Kind::Int;
+  args[2].kind = Arg::Kind::Tensor;
+  args[2].value = ctx.b.Reshape(indices, {n});
+  Ctx sub{ctx.b, {{ctx.out().elem, rows}}, ctx.common};
+  return {ctx.b.Reshape(index_select(sub, Args(args)).at(0), ctx.out().dims)};
+}
+
+// var_mean(x, dim, correction, keepdim) = (var(x, ...), mean(x, dim, keepdim)), from the
+// table's var and mean lowerings.
+std::vector<Value> LowerVarMean(Ctx& ctx, const Args& a) {
+  static const LowerFn var = Find("aten::var.correction"), mean = Find("aten::mean.dim");
+  if (!var || !mean) throw Unsupported("var_mean needs var.correction and mean.dim");
+  std::vector<Arg> mean_args = {a.raw(0), a.raw(1), a.raw(3), Arg{}};
+  Ctx var_ctx{ctx.b, {ctx.out(0)}, ctx.common}, mean_ctx{ctx.b, {ctx.out(1)}, ctx.common};
+  return {var(var_ctx, a).at(0), mean(mean_ctx, Args(mean_args)).at(0)};
+}
+
+// Indices as s64 with PyTorch's negative wrap-around: i < 0 means i + size.
+Value WrapIndex(Ctx& ctx, Value index, int64_t size) {
+  if (index.type.elem == ElemType::Pred) throw Unsupported("boolean mask index");
+  Value i = ConvertTo(ctx, index, ElemType::S64);
+  TensorType t{ElemType::S64, i.type.dims};
+  Value neg = ctx.b.Compare(Cmp::LT, i, ctx.b.ConstantInt(0, t));
+  return ctx.b.Select(neg, ctx.b.Binary("add", i, ctx.b.ConstantInt(size, t)), i);
+}
+
+// Stacks per-dim coordinate arrays (all of shape `dims`) into [*dims, n] gather/scatter indices.
+Value StackCoords(Ctx& ctx, const std::vector<Value>& coords, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> one = dims;
+  one.push_back(1);
+  std::vector<Value> parts;
+  for (const Value& c : coords) parts.push_back(ctx.b.Reshape(BroadcastTo(ctx, c, dims), one));
+  return ctx.b.Concatenate(parts, static_cast<int64_t>(dims.size()));
+}
+
+// gather(x, dim, index): out[p] = x[p with coordinate dim replaced by index[p]].
+std::vector<Value> LowerGather(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0), index = a.tensor(2);
+  int64_t r = x.type.rank();
+  if (r == 0 || index.type.numel() == 0) return {CastTo(ctx, r == 0 ? x : ctx.b.Constant(0, ctx.out()), ctx.out())};
+  int64_t dim = WrapDim(a.int_(1), r);
+  std::vector<Value> coords;
+  for (int64_t d = 0; d < r; ++d)
+    coords.push_back(d == dim ? WrapIndex(ctx, index, x.type.dims[d]) : ctx.b.Iota({ElemType::S64, index.type.dims}, d));
+  Value idx = StackCoords(ctx, coords, index.type.dims);
+  std::string all = shlo::JoinInts([&] {
+    std::vector<int64_t> v(r);
+    for (int64_t d = 0; d < r; ++d) v[d] = d;
+    return v;
+  }());
+  std::string attrs = "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [" + all + "], start_index_map = [" +
+                      all + "], index_vector_dim = " + std::to_string(index.type.rank()) +
+                      ">, slice_sizes = " + shlo::DenseI64(std::vector<int64_t>(r, 1)) + ", indices_are_sorted = false";
+  return {ctx.b.Op1("stablehlo.gather", {x, idx}, {x.type.elem, index.type.dims}, attrs)};
+}
+
+// Advanced indexing x[i0, i1, ...] with tensors on some dims (None on the others). The
+// index tensors broadcast to B; the result is x's dims with the indexed ones replaced by B,
+// in place when the indexed dims are adjacent, else in front (NumPy's rule).
+struct Indexing {
+  std::vector<int64_t> indexed, rest;  // dims of x with and without an index
+  std::vector<int64_t> batch;          // B
+  Value coords;                        // [*B, k] s64 coordinates into the indexed dims
+  bool in_place = false;               // B sits at the position of the first indexed dim
+};
+
+Indexing PrepareIndexing(Ctx& ctx, const Value& x, const std::vector<Value>& indices) {
+  Indexing ix;
+  int64_t r = x.type.rank();
+  if (static_cast<int64_t>(indices.size()) > r) throw Unsupported("too many indices");
+  std::vector<Value> used;
+  for (int64_t d = 0; d < r; ++d) {
+    bool has = d < static_cast<int64_t>(indices.size()) && indices[d].valid();
+    (has ? ix.indexed : ix.rest).push_back(d);
+    if (has) used.push_back(WrapIndex(ctx, indices[d], x.type.dims[d]));
+  }
+  if (used.empty()) throw Unsupported("index without index tensors");
+  for (const Value& v : used) {  // broadcast shape of the index tensors
+    const auto& d = v.type.dims;
+    if (d.size() > ix.batch.size()) ix.batch.insert(ix.batch.begin(), d.size() - ix.batch.size(), 1);
+    for (size_t i = 0; i < d.size(); ++i) {
+      int64_t& b = ix.batch[ix.batch.size() - d.size() + i];
+      if (b == 1) b = d[i];
+    }
+  }
+  ix.coords = StackCoords(ctx, used, ix.batch);
+  ix.in_place = ix.indexed.back() - ix.indexed.front() + 1 == static_cast<int64_t>(ix.indexed.size());
+  return ix;
+}
+
+// x with its indexed dims moved to the front.
+std::vector<int64_t> IndexedFirst(const Indexing& ix) {
+  std::vector<int64_t> perm = ix.indexed;
+  perm.insert(perm.end(), ix.rest.begin(), ix.rest.end());
+  return perm;
+}
+
+// Permutation from [B, rest] order to the result order ([pre, B, post] when in place).
+std::vector<int64_t> ResultOrder(const Indexing& ix) {
+  int64_t nb = static_cast<int64_t>(ix.batch.size()), nr = static_cast<int64_t>(ix.rest.size());
+  std::vector<int64_t> perm;
+  int64_t pre = ix.in_place ? ix.indexed.front() : 0;
+  for (int64_t i = 0; i < pre; ++i) perm.push_back(nb + i);
+  for (int64_t i = 0; i < nb; ++i) perm.push_back(i);
+  for (int64_t i = pre; i < nr; ++i) perm.push_back(nb + i);
+  return perm;
+}
+
+std::string Iota(int64_t from, int64_t n) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(from + i);
+  return shlo::JoinInts(v);
+}
+
+// index.Tensor(x, indices) = x[indices] (gather).
+std::vector<Value> LowerIndex(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  Indexing ix = PrepareIndexing(ctx, x, a.tensors(1));
+  int64_t k = static_cast<int64_t>(ix.indexed.size()), nb = static_cast<int64_t>(ix.batch.size());
+  Value xt = ctx.b.Transpose(x, IndexedFirst(ix));
+  std::vector<int64_t> slice(k, 1), dims = ix.batch;
+  for (int64_t d : ix.rest) {
+    slice.push_back(x.type.dims[d]);
+    dims.push_back(x.type.dims[d]);
+  }
+  std::string attrs = "dimension_numbers = #stablehlo.gather<offset_dims = [" + Iota(nb, ix.rest.size()) +
+                      "], collapsed_slice_dims = [" + Iota(0, k) + "], start_index_map = [" + Iota(0, k) +
+                      "], index_vector_dim = " + std::to_string(nb) + ">, slice_sizes = " + shlo::DenseI64(slice) +
+                      ", indices_are_sorted = false";
+  Value g = ctx.b.Op1("stablehlo.gather", {xt, ix.coords}, {x.type.elem, dims}, attrs);
+  return {CastTo(ctx, ctx.b.Transpose(g, ResultOrder(ix)), ctx.out())};
+}
+
+// index_put(x, indices, values, accumulate): x[indices] = values (or += when accumulating).
+std::vector<Value> LowerIndexPut(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t);
+  Indexing ix = PrepareIndexing(ctx, x, a.tensors(1));
+  int64_t k = static_cast<int64_t>(ix.indexed.size()), nb = static_cast<int64_t>(ix.batch.size());
+  std::vector<int64_t> order = ResultOrder(ix), result_dims(order.size()), rest_dims;
+  std::vector<int64_t> updates_dims = ix.batch;
+  for (int64_t d : ix.rest) updates_dims.push_back(t.dims[d]);
+  for (size_t i = 0; i < order.size(); ++i) result_dims[i] = updates_dims[order[i]];
+  // values broadcast to the shape x[indices] has, then to [B, rest] order.
+  Value values = BroadcastTo(ctx, ConvertTo(ctx, a.tensor(2), t.elem), result_dims);
+  std::vector<int64_t> back(order.size());
+  for (size_t i = 0; i < order.size(); ++i) back[order[i]] = static_cast<int64_t>(i);
+  values = ctx.b.Transpose(values, back);
+  if (values.type.numel() == 0) return {x};
+  std::vector<int64_t> perm = IndexedFirst(ix), inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  Value xt = ctx.b.Transpose(x, perm);
+  bool accumulate = a.bool_or(3, false);
+  TensorType scalar{t.elem, {}};
+  int old_id = ctx.b.NewId(), new_id = ctx.b.NewId(), sum_id = ctx.b.NewId();
+  std::string s = scalar.str(), ret = "%" + std::to_string(new_id), body;
+  if (accumulate) {
+    body = "      %" + std::to_string(sum_id) + " = \"stablehlo." + (t.elem == ElemType::Pred ? "or" : "add") + "\"(%" +
+           std::to_string(old_id) + ", %" + std::to_string(new_id) + ") : (" + s + ", " + s + ") -> " + s + "\n";
+    ret = "%" + std::to_string(sum_id);
+  }
+  std::string region = "{\n    ^bb0(%" + std::to_string(old_id) + ": " + s + ", %" + std::to_string(new_id) + ": " + s +
+                       "):\n" + body + "      \"stablehlo.return\"(" + ret + ") : (" + s + ") -> ()\n    }";
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" +
+                      Iota(nb, ix.rest.size()) + "], inserted_window_dims = [" + Iota(0, k) +
+                      "], scatter_dims_to_operand_dims = [" + Iota(0, k) + "], index_vector_dim = " +
+                      std::to_string(nb) + ">, indices_are_sorted = false, unique_indices = false";
+  Value out = ctx.b.Op1("stablehlo.scatter", {xt, ix.coords, values}, xt.type, attrs, region);
+  return {ctx.b.Transpose(out, inverse)};
+}
+
+}  // namespace
+
+TPU_GRAPH_LOWERING("aten::_to_copy", LowerCopyOf0);
+TPU_GRAPH_LOWERING("aten::arange", LowerArange);
+TPU_GRAPH_LOWERING("aten::arange.start", LowerArangeStart);
+TPU_GRAPH_LOWERING("aten::arange.start_step", LowerArangeStartStep);
+TPU_GRAPH_LOWERING("aten::clone", LowerCopyOf0);
+TPU_GRAPH_LOWERING("aten::copy", LowerCopyOf1);
+TPU_GRAPH_LOWERING("aten::embedding", LowerEmbedding);
+TPU_GRAPH_LOWERING("aten::empty.memory_format", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::empty_like", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::empty_strided", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::full", LowerFill<1>);
+TPU_GRAPH_LOWERING("aten::full_like", LowerFill<1>);
+TPU_GRAPH_LOWERING("aten::gather", LowerGather);
+TPU_GRAPH_LOWERING("aten::index.Tensor", LowerIndex);
+TPU_GRAPH_LOWERING("aten::index_put", LowerIndexPut);
+TPU_GRAPH_LOWERING("aten::lift_fresh_copy", LowerCopyOf0);
+TPU_GRAPH_LOWERING("aten::new_empty", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::new_empty_strided", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::new_full", LowerFill<2>);
+TPU_GRAPH_LOWERING("aten::new_ones", LowerConstant<1>);
+TPU_GRAPH_LOWERING("aten::new_zeros", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::ones", LowerConstant<1>);
+TPU_GRAPH_LOWERING("aten::ones_like", LowerConstant<1>);
+TPU_GRAPH_LOWERING("aten::scalar_tensor", LowerFill<0>);
+TPU_GRAPH_LOWERING("aten::select_scatter", LowerSelectScatter);
+TPU_GRAPH_LOWERING("aten::slice_scatter", LowerSliceScatter);
+TPU_GRAPH_LOWERING("aten::var_mean.correction", LowerVarMean);
+TPU_GRAPH_LOWERING("aten::zeros", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::zeros_like", LowerConstant<0>);
+TPU_GRAPH_LOWERING("prims::fma", LowerFma);
+
+}  // namespace tpu::lowering

@@ -1,0 +1,66 @@
+"""Shared setup for the Python tests: two CPU-plugin devices, quiet notices, and helpers
+that compare a tpu result with PyTorch's CPU result on the same inputs."""
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TORCH_TPU_NUM_DEVICES", "2")
+os.environ.setdefault("TORCH_TPU_QUIET", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch_tpu  # noqa: E402,F401  (autoload already imported it; explicit for clarity)
+
+
+def assert_same(tpu_result, cpu_result, *, atol=None, rtol=None, check_stride=False):
+    """Asserts that a tpu result equals the CPU result: values, dtype, shape (and strides)."""
+    if isinstance(cpu_result, (tuple, list)):
+        assert isinstance(tpu_result, (tuple, list)) and len(tpu_result) == len(cpu_result)
+        for a, b in zip(tpu_result, cpu_result):
+            assert_same(a, b, atol=atol, rtol=rtol, check_stride=check_stride)
+        return
+    if not isinstance(cpu_result, torch.Tensor):
+        assert tpu_result == cpu_result
+        return
+    assert isinstance(tpu_result, torch.Tensor)
+    assert tpu_result.device.type == "tpu", f"expected a tpu tensor, got {tpu_result.device}"
+    assert tpu_result.dtype == cpu_result.dtype
+    assert tpu_result.shape == cpu_result.shape
+    if check_stride:
+        assert tpu_result.stride() == cpu_result.stride()
+        assert tpu_result.storage_offset() == cpu_result.storage_offset()
+    torch.testing.assert_close(tpu_result.cpu(), cpu_result, atol=atol, rtol=rtol, equal_nan=True)
+
+
+@pytest.fixture
+def compare():
+    """compare(fn, *cpu_args): runs fn on CPU inputs and on their tpu copies, and checks
+    that the results (and the inputs, which fn may mutate) agree. Returns the tpu result."""
+
+    def run(fn, *args, check_stride=False, atol=None, rtol=None):
+        cpu_args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        tpu_args = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+        expected = fn(*cpu_args)
+        got = fn(*tpu_args)
+        assert_same(got, expected, atol=atol, rtol=rtol, check_stride=check_stride)
+        for t, c in zip(tpu_args, cpu_args):
+            if isinstance(c, torch.Tensor):
+                assert_same(t, c, atol=atol, rtol=rtol)
+        return got
+
+    return run
+
+
+def run_python(code, env=None, timeout=120):
+    """Runs `code` in a fresh interpreter with extra environment variables; returns the
+    CompletedProcess (stdout/stderr as text)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def tpu():
+    return torch.device("tpu:0")

@@ -1,0 +1,368 @@
+"""Views and aliasing on tpu behave exactly as on the CPU: same geometry, shared storage,
+every write seen through every alias."""
+import pytest
+import torch
+
+from conftest import assert_same
+
+
+def pair(*shape, dtype=torch.float32):
+    c = torch.arange(int(torch.tensor(shape).prod().item()), dtype=dtype).reshape(shape)
+    return c, c.to("tpu")
+
+
+def same_geometry(t, c):
+    assert t.shape == c.shape
+    assert t.stride() == c.stride()
+    assert t.storage_offset() == c.storage_offset()
+
+
+def check_aliases(tpu_tensors, cpu_tensors):
+    for t, c in zip(tpu_tensors, cpu_tensors):
+        same_geometry(t, c)
+        assert_same(t, c)
+
+
+def test_write_through_transposed_slice():
+    c, t = pair(4, 6)
+    cv, tv = c.t()[1:4], t.t()[1:4]
+    cw, tw = c[:, 2], t[:, 2]
+    same_geometry(tv, cv)
+    cv.add_(100)
+    tv.add_(100)
+    check_aliases([t, tv, tw], [c, cv, cw])
+    assert tv._base is t and tv.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda v: v.add_(3),
+        lambda v: v.mul_(-2),
+        lambda v: v.fill_(7),
+        lambda v: v.zero_(),
+        lambda v: v.copy_(torch.full(v.shape, 5.0)),
+        lambda v: v.copy_(torch.full(v.shape, 5.0).to(v.device)),
+        lambda v: v.sub_(v),
+        lambda v: v.clamp_(min=10, max=20),
+        lambda v: v.copy_(torch.tensor(2.5)),
+    ],
+    ids=["add_", "mul_", "fill_", "zero_", "copy_host", "copy_device", "sub_self", "clamp_", "copy_bcast"],
+)
+def test_inplace_on_views_seen_by_all_aliases(op):
+    c, t = pair(3, 4, 5)
+    views = [lambda x: x[1], lambda x: x[:, 1:3].transpose(0, 2), lambda x: x.select(2, 4),
+             lambda x: x.view(12, 5)[::5]]
+    for make in views:
+        c, t = pair(3, 4, 5)
+        cv, tv = make(c), make(t)
+        op(cv)
+        op(tv)
+        others = [lambda x: x, lambda x: x.permute(2, 0, 1), lambda x: x.reshape(-1)]
+        check_aliases([o(t) for o in others] + [tv], [o(c) for o in others] + [cv])
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: x.narrow(1, 1, 2),
+        lambda x: x.select(0, 2),
+        lambda x: x.select(-1, -1),
+        lambda x: x.diagonal(),
+        lambda x: x.diagonal(offset=1, dim1=1, dim2=2),
+        lambda x: x[:, :1].expand(4, 3, 5),
+        lambda x: x.unsqueeze(1),
+        lambda x: x.unsqueeze(-1),
+        lambda x: x.permute(2, 0, 1),
+        lambda x: x.view(12, 5),
+        lambda x: x.view(-1),
+        lambda x: x.reshape(4, 15),
+        lambda x: x.transpose(0, 2).reshape(5, 12),  # copies on both devices
+        lambda x: x.unfold(2, 2, 1),
+        lambda x: x.unfold(0, 2, 2),
+        lambda x: x.as_strided((2, 3), (7, 2), 3),
+        lambda x: x.as_strided((4, 4), (1, 4)),
+        lambda x: x[1:, ::2, 1::3],
+        lambda x: x[..., None, 2],
+        lambda x: x.squeeze().t() if x.dim() == 2 else x.flatten(1),
+        lambda x: x.split(2, dim=2)[1],
+        lambda x: x.chunk(2, dim=0)[1],
+        lambda x: x.unbind(1)[2],
+        lambda x: x.movedim(0, -1),
+        lambda x: x.view(torch.int32),
+        lambda x: x.T if x.dim() == 2 else x.mT,
+        lambda x: x.expand(2, 4, 3, 5),
+        lambda x: x.flatten(),
+        lambda x: x.unflatten(2, (5, 1)),
+    ],
+)
+def test_view_ops_geometry_and_values(view):
+    c, t = pair(4, 3, 5)
+    cv, tv = view(c), view(t)
+    same_geometry(tv, cv)
+    assert_same(tv, cv)
+    shares = cv.untyped_storage().data_ptr() == c.untyped_storage().data_ptr()
+    assert (tv.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()) == shares
+    if shares and tv.dtype == t.dtype:
+        # Writing the base shows through the view.
+        c.mul_(2).add_(1)
+        t.mul_(2).add_(1)
+        assert_same(tv, cv)
+
+
+def test_view_ops_never_fall_back():
+    import torch_tpu
+
+    torch_tpu.metrics.reset()
+    c, t = pair(4, 3, 5)
+    for v in [t.narrow(1, 1, 2), t.select(0, 1), t.diagonal(), t.expand(2, 4, 3, 5), t.unsqueeze(0),
+              t.permute(1, 2, 0), t.view(60), t.reshape(12, 5), t.unfold(2, 2, 1), t.as_strided((2,), (3,)),
+              t.t() if t.dim() == 2 else t.transpose(0, 1), t.view(torch.int32), t.squeeze(), torch.ops.aten.alias(t)]:
+        assert v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+    assert torch_tpu.metrics()["cpu_fallbacks"] == 0
+    assert torch_tpu.metrics()["host_syncs"] == 0
+
+
+def test_complex_views_alias():
+    c = torch.arange(8, dtype=torch.float32).reshape(4, 2)
+    t = c.to("tpu")
+    tc, cc = torch.view_as_complex(t), torch.view_as_complex(c)
+    assert tc.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+    same_geometry(tc, cc)
+    tr, cr = torch.view_as_real(tc), torch.view_as_real(cc)
+    same_geometry(tr, cr)
+    assert_same(tr, cr)
+
+
+def test_chained_views_and_writes():
+    c, t = pair(6, 8)
+    chain = lambda x: x[1:5].t()[::2].unsqueeze(0).narrow(2, 1, 2).squeeze(0)  # noqa: E731
+    cv, tv = chain(c), chain(t)
+    same_geometry(tv, cv)
+    cv.mul_(10)
+    tv.mul_(10)
+    check_aliases([t, tv, t[2]], [c, cv, c[2]])
+    cv2, tv2 = cv.diagonal(), tv.diagonal()
+    cv2.fill_(-1)
+    tv2.fill_(-1)
+    check_aliases([t, tv], [c, cv])
+
+
+def test_setitem_strided_value():
+    c, t = pair(3, 8)
+    c[..., ::2] = -5.0
+    t[..., ::2] = -5.0
+    assert_same(t, c)
+    c[1] = 9
+    t[1] = 9
+    assert_same(t, c)
+    c[:, 1:3] = torch.tensor([[1.0, 2.0]])
+    t[:, 1:3] = torch.tensor([[1.0, 2.0]], device="tpu")
+    assert_same(t, c)
+
+
+def test_setitem_tensor_values():
+    c, t = pair(4, 5)
+    src = torch.arange(10, dtype=torch.float32).reshape(2, 5) * -1
+    c[1:3] = src
+    t[1:3] = src.to("tpu")
+    assert_same(t, c)
+    c[:, 4] = src[0, :4]
+    t[:, 4] = src[0, :4].to("tpu")
+    assert_same(t, c)
+    # A value from the host is copied over too.
+    c[3, ::2] = torch.tensor([7.0, 8.0, 9.0])
+    t[3, ::2] = torch.tensor([7.0, 8.0, 9.0])
+    assert_same(t, c)
+    # Boolean-mask and integer-index assignment.
+    mask = c > 10
+    c[mask] = 0.5
+    t[mask.to("tpu")] = 0.5
+    assert_same(t, c)
+    idx = torch.tensor([0, 2])
+    c[idx] = 3.0
+    t[idx.to("tpu")] = 3.0
+    assert_same(t, c)
+
+
+def test_self_overlapping_copy():
+    c, t = pair(10)
+    c[1:].copy_(c[:-1].clone())
+    t[1:].copy_(t[:-1].clone())
+    assert_same(t, c)
+    c, t = pair(10)
+    c[2:8].copy_(c[0:6].flip(0))
+    t[2:8].copy_(t[0:6].flip(0))
+    assert_same(t, c)
+
+
+def test_resize_keeps_contents():
+    c, t = pair(2, 3)
+    c.resize_(3, 4)
+    t.resize_(3, 4)
+    assert t.shape == (3, 4) and t.stride() == (4, 1)
+    assert_same(t.view(-1)[:6], c.view(-1)[:6])
+    c.resize_(2)
+    t.resize_(2)
+    assert_same(t, c)
+    # Shrinking keeps the storage, so the old elements are still there.
+    c.resize_(6)
+    t.resize_(6)
+    assert_same(t, c)
+    e = torch.empty(0, device="tpu")
+    e.resize_(5).fill_(1)
+    assert_same(e, torch.ones(5))
+    e.resize_as_(torch.empty(2, 2))
+    assert e.shape == (2, 2)
+    # Resizing a view grows the shared storage, seen by the base.
+    base = torch.zeros(4, device="tpu")
+    v = base[2:]
+    v.resize_(4)
+    v.fill_(3)
+    assert base.untyped_storage().nbytes() >= 6 * 4
+    assert_same(base, torch.tensor([0.0, 0.0, 3.0, 3.0]))
+
+
+def test_untyped_storage_resize():
+    c, t = pair(4)
+    s = t.untyped_storage()
+    s.resize_(32)
+    assert s.nbytes() == 32 and t.untyped_storage().nbytes() == 32
+    assert_same(t, c)  # contents kept
+    s.resize_(0)
+    assert s.nbytes() == 0
+    s.resize_(16)
+    t.set_(s, 0, (4,), (1,))
+    t.copy_(c)
+    assert_same(t, c)
+
+
+def test_set_shares_storage():
+    c, t = pair(3, 4)
+    cc, tt = torch.empty(0), torch.empty(0, device="tpu")
+    cc.set_(c)
+    tt.set_(t)
+    assert tt.is_set_to(t)
+    same_geometry(tt, cc)
+    tt.add_(1)
+    cc.add_(1)
+    assert_same(t, c)
+    # set_ with a storage, offset, sizes and strides.
+    cc.set_(c.untyped_storage(), 2, (2, 3), (1, 2))
+    tt.set_(t.untyped_storage(), 2, (2, 3), (1, 2))
+    same_geometry(tt, cc)
+    assert_same(tt, cc)
+    tt.zero_()
+    cc.zero_()
+    assert_same(t, c)
+    # set_() with no argument empties the tensor.
+    tt.set_()
+    assert tt.numel() == 0 and tt.untyped_storage().nbytes() == 0
+    # set_ across dtypes is rejected as on the CPU.
+    with pytest.raises(RuntimeError):
+        torch.empty(0, dtype=torch.int64, device="tpu").set_(t)
+
+
+def test_data_ptr_offsets_match_cpu():
+    for dtype in [torch.float32, torch.float64, torch.int16, torch.bfloat16, torch.uint8]:
+        c, t = pair(4, 6, dtype=dtype)
+        for view in [lambda x: x[1], lambda x: x[2:, 3:], lambda x: x.t()[5], lambda x: x.view(-1)[7:]]:
+            cd = view(c).data_ptr() - c.data_ptr()
+            td = view(t).data_ptr() - t.data_ptr()
+            assert td == cd == view(c).storage_offset() * c.element_size()
+    a = torch.empty(10, device="tpu")
+    b = torch.empty(10, device="tpu")
+    assert a.data_ptr() != b.data_ptr()
+    assert a.data_ptr() != 0
+
+
+def test_contiguous_and_clone_of_views():
+    c, t = pair(4, 6)
+    cv, tv = c.t()[1:, ::2], t.t()[1:, ::2]
+    assert tv.is_contiguous() == cv.is_contiguous() is False
+    tc = tv.contiguous()
+    assert tc.is_contiguous() and tc.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    assert_same(tc, cv.contiguous(), )
+    tcl = tv.clone()
+    assert tcl.stride() == cv.clone().stride()
+    tcl.fill_(0)
+    assert_same(t, c)  # a clone does not alias
+
+
+def test_detach_and_data_alias():
+    c, t = pair(5)
+    d = t.detach()
+    d.add_(1)
+    c.add_(1)
+    assert_same(t, c)
+    t.data[0] = 42
+    c.data[0] = 42
+    assert_same(t, c)
+
+
+def test_inplace_metadata_ops():
+    c, t = pair(2, 3)
+    for f in [lambda x: x.t_(), lambda x: x.unsqueeze_(0), lambda x: x.squeeze_(0),
+              lambda x: x.transpose_(0, 1), lambda x: x.as_strided_((3,), (2,), 1)]:
+        f(c)
+        f(t)
+        same_geometry(t, c)
+        assert_same(t, c)
+
+
+def test_dtype_views_read_and_write():
+    c, t = pair(4)
+    c.view(torch.int32).add_(1)
+    t.view(torch.int32).add_(1)
+    assert_same(t, c)
+    # Views with another element size share the bytes too.
+    c.view(torch.uint8)[1] = 5
+    t.view(torch.uint8)[1] = 5
+    assert torch.equal(t.cpu(), c)
+    c.view(torch.int16)[::3].fill_(7)
+    t.view(torch.int16)[::3].fill_(7)
+    assert torch.equal(t.cpu(), c)
+    assert_same(t.view(torch.uint8), c.view(torch.uint8))
+    assert_same(t.view(torch.int16) + 1, c.view(torch.int16) + 1)
+    same_geometry(t.view(torch.uint8)[3:], c.view(torch.uint8)[3:])
+
+
+def _view_overloads():
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        op, _, overload = name[len("aten::"):].partition(".")
+        try:
+            packet = getattr(torch.ops.aten, op)
+            schema = getattr(packet, overload or "default")._schema
+        except (AttributeError, RuntimeError):
+            continue
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            yield name
+
+
+def test_every_dense_view_op_has_a_tpu_kernel():
+    # A view op without a kernel would reach the CPU fallback, which can only return a copy.
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    missing = [
+        n for n in _view_overloads()
+        if not any(has(n, k) for k in ["PrivateUse1", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                                       "CompositeExplicitAutogradNonFunctional"])
+        and not any(s in n for s in ["nested", "sparse", "_values", "_indices"])
+    ]
+    assert missing == []
+    # The lowered ops (programs) never include a view op.
+    import torch_tpu
+
+    assert set(torch_tpu.native_ops()).isdisjoint(_view_overloads())
+    # And a view op that still reaches the fallback fails loudly instead of copying.
+    with pytest.raises(NotImplementedError, match="view op aten::_sparse_broadcast_to"):
+        torch.ops.aten._sparse_broadcast_to(torch.ones(2, device="tpu"), [2])
+
+
+def test_compare_fixture_checks_results_and_mutated_inputs(compare):
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    out = compare(lambda x: x.t()[1:4:2].mul_(3), base, check_stride=True)
+    assert out.is_tpu
+    compare(lambda x, y: x[:, ::3].copy_(y), base, torch.ones(4, 2) * -1)
+    compare(lambda x: x.unfold(1, 3, 2).sum(-1), base)

@@ -1,0 +1,44 @@
+"""Counters of torch.compile(backend="tpu"), merged into torch_tpu.metrics(). Kept apart from
+torch_tpu.compile so that reading metrics never imports Dynamo."""
+import collections
+import threading
+
+_lock = threading.Lock()
+_counts = collections.Counter()
+_by_key = collections.defaultdict(collections.Counter)
+
+# name -> description (the keys torch_tpu.metrics() shows)
+COUNTERS = {
+    "compile_graphs": "Dynamo graphs given to the tpu backend",
+    "compile_recompiles": "of those, recompilations of a frame already compiled",
+    "compile_programs": "FX graphs (forward, backward, inference, or pieces of them) lowered to one program",
+    "compile_partitioned_graphs": "FX graphs split because some nodes have no lowering",
+    "compile_eager_graph_calls": "calls of a compiled graph that ran eagerly instead",
+}
+KEYED = {
+    "compile_recompile_reasons": "why Dynamo recompiled (its first failed guard)",
+    "compile_eager_nodes_by_op": "FX nodes left to run eagerly, by op and reason",
+}
+
+
+def count(name, n=1):
+    with _lock:
+        _counts[name] += n
+
+
+def count_keyed(name, key, n=1):
+    with _lock:
+        _by_key[name][key] += n
+
+
+def snapshot():
+    with _lock:
+        d = {k: _counts[k] for k in COUNTERS}
+        d.update({k: dict(_by_key[k]) for k in KEYED})
+    return d
+
+
+def reset():
+    with _lock:
+        _counts.clear()
+        _by_key.clear()
