@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from . import _C, _plugin
 
-__all__ = ["metrics", "reset_metrics", "native_ops", "platform"]
+__all__ = ["metrics", "reset_metrics", "native_ops", "platform", "set_eager_mode", "get_eager_mode", "eager_mode"]
 
 _C._configure(_plugin.discover(), int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1")))
 torch.utils.rename_privateuse1_backend("tpu")
@@ -36,6 +36,10 @@ from . import _printing  # noqa: E402
 
 _printing.install()
 from . import cache  # noqa: E402,F401
+from .modes import eager_mode, get_eager_mode, set_eager_mode  # noqa: E402
+from . import modes as _modes  # noqa: E402
+
+_modes._init_from_env()
 
 
 def native_ops():

@@ -101,6 +101,16 @@ def _consumers(node):
             yield user
 
 
+def _is_dense(sizes, strides):
+    """Non-overlapping and dense in some dim order (graph.cpp lays such results out as is)."""
+    expected = 1
+    for size, stride in sorted(zip(sizes, strides), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _input_type(val):
     """Like _tensor_type for a graph input; a 0-d CPU tensor becomes a run-time scalar."""
     if isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() == 0:
@@ -133,6 +143,7 @@ class _Describer:
         self.valid = set()  # value ids that are tpu tensors
         self.inputs, self.nodes, self.order, self.placeholders = [], [], [], []
         self.constants = []  # tensors of get_attr nodes, passed after the placeholders
+        self.views = []
         self.bad = {}  # node -> (reason, kind)
         self.cpu_values = set()  # value ids of 0-d CPU tensors computed by nodes
         self.copy_targets = {}  # copy_ node -> placeholder index it writes
@@ -275,11 +286,49 @@ class _Describer:
                 return False
         return True
 
+    def view_chain(self, node, computed):
+        """The view ops from an input or a computed output to `node`, or None when `node` is not
+        such a view. The program leaves those outputs out; they are replayed as views after it
+        runs, so that they alias what they alias in eager (and cost no device copy)."""
+        chain = []
+        while (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+               and node.args and isinstance(node.args[0], torch.fx.Node)
+               and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))):
+            chain.append(node)
+            node = node.args[0]
+            if node in computed:
+                return node, chain[::-1]
+            if node.op == "placeholder":
+                index = self.placeholders.index(node)
+                mutated = index in self.copy_targets.values()
+                if self.inputs[index] is not None and len(self.inputs[index]) == 3 and not mutated:
+                    return node, chain[::-1]
+                return None
+        return None
+
     def outputs(self, out_arg):
         items = list(out_arg) if isinstance(out_arg, (tuple, list)) else [out_arg]
+        # Outputs computed by the program whose layout is exactly their FX layout (dense, from
+        # offset 0): views of them can be replayed on the program's result.
+        computed = {}
+        for position, x in enumerate(items):
+            if not isinstance(x, torch.fx.Node) or x.op != "call_function" or x in self.copy_targets:
+                continue
+            if isinstance(x.target, torch._ops.OpOverload) and x.target.is_view:
+                continue
+            val = _node_val(x)
+            if isinstance(val, torch.Tensor) and val.storage_offset() == 0 and _is_dense(val.shape, val.stride()):
+                computed.setdefault(x, position)
         encoded = []
-        for x in items:
-            if x is None:
+        self.views = []  # (output position, ("input" | "output", index), view nodes)
+        for position, x in enumerate(items):
+            found = self.view_chain(x, computed) if isinstance(x, torch.fx.Node) and x not in computed else None
+            if found is not None:
+                base, chain = found
+                source = ("output", computed[base]) if base in computed else ("input", self.placeholders.index(base))
+                self.views.append((position, source, chain))
+                encoded.append((_OUT_NONE, 0))
+            elif x is None:
                 encoded.append((_OUT_NONE, 0))
             elif not isinstance(x, torch.fx.Node):
                 raise _Unsupported(f"a graph output that is not a tensor ({type(x).__name__})")
@@ -334,15 +383,18 @@ class _Program:
     """A lowered FX graph: runs the compiled program on the graph's inputs (a boxed call:
     one list of tensors), returning its outputs."""
 
-    def __init__(self, graph, gm, name, single_output, constants=()):
+    def __init__(self, graph, gm, name, single_output, constants=(), views=()):
         self.graph, self.gm, self.name, self.single = graph, gm, name, single_output
         self.constants = list(constants)
+        # Outputs that are views: (position, (source kind, index), [(view op, args, kwargs)...])
+        self.views = [(pos, src, [(n.target, n.args[1:], n.kwargs) for n in chain]) for pos, src, chain in views]
         self._boxed_call = True  # on the instance: wrappers copy the instance's __dict__
         self._warned = False
 
     def __call__(self, args):
+        inputs = args + self.constants if self.constants else args
         try:
-            out = self.graph.run(args + self.constants if self.constants else args)
+            out = self.graph.run(inputs)
         except _C.GraphNotLowerable as e:
             _stats.count("compile_eager_graph_calls")
             if not self._warned:
@@ -350,6 +402,11 @@ class _Program:
                 warnings.warn(f"torch_tpu: compiled graph {self.name} runs eagerly for these inputs: {e}")
             out = self.gm(*args)
             return out
+        for position, (kind, index), chain in self.views:
+            t = inputs[index] if kind == "input" else out[index]
+            for op, op_args, op_kwargs in chain:
+                t = op(t, *op_args, **op_kwargs)
+            out[position] = t
         return out[0] if self.single else tuple(out)
 
 
@@ -405,7 +462,7 @@ def _lower_whole(gm, name, piece=False):
         return None, bad
     out_arg = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     _stats.count("compile_programs")
-    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants), {}
+    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views), {}
 
 
 def _is_view_like(node):
@@ -563,7 +620,7 @@ def _decompositions():
 
 
 # ---------------------------------------------------------------- the Dynamo backend
-_seen_compiles = set()
+_last_compile = [None]
 
 
 def _note_compile():
@@ -571,10 +628,10 @@ def _note_compile():
     compile_id = torch._guards.CompileContext.current_compile_id()
     if compile_id is None or not compile_id.frame_compile_id:
         return
-    key = (compile_id.frame_id, compile_id.frame_compile_id)
-    if key in _seen_compiles:
+    key = (id(torch._guards.CompileContext.try_get()), compile_id.frame_id, compile_id.frame_compile_id)
+    if key == _last_compile[0]:
         return  # another graph (after a graph break) of the same recompilation
-    _seen_compiles.add(key)
+    _last_compile[0] = key
     reason = None
     try:
         context = torch._dynamo.utils.get_metrics_context()

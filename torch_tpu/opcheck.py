@@ -1,16 +1,25 @@
 """Checks tpu against PyTorch's own OpInfo database (torch.testing._internal).
 
-For every OpInfo and dtype, the op's sample inputs run on tpu and on the CPU; each
-(op, dtype) is classed `native` (all samples match, no CPU fallback), `fallback` (all match,
-some ran through the CPU fallback) or `fail`. Gradients are compared for differentiable ops.
+For every OpInfo and dtype, the op's sample inputs run on tpu and on the CPU: the function
+variant, the in-place variant (when the op has one and the result keeps self's dtype and
+shape) and the out= variant (when the op supports out=). Each (op, dtype) is classed
+`native` (every sample matches, no CPU fallback), `fallback` (every sample matches, some ran
+through the CPU fallback) or `fail`. With --grad, gradients of differentiable ops are
+compared too (float dtypes), as separate `grad` entries.
 
-    python -m torch_tpu.opcheck [--ops add,mul] [--dtypes float32,bfloat16] [--json out.json]
+Tolerances are PyTorch's for the dtype (torch.testing.assert_close defaults), widened by the
+toleranceOverride decorators PyTorch's own OpInfo tests apply to that op and dtype.
+
+    python -m torch_tpu.opcheck [--ops add,mul] [--dtypes float32,bfloat16] [--grad]
+                                [--workers 2] [--json out.json]
 """
 import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -27,19 +36,28 @@ DTYPES = {
     "int32": torch.int32,
     "bool": torch.bool,
 }
-
+ALL_DTYPES = ",".join(DTYPES)
 
 # Ops whose values are random or unspecified: only shapes and dtypes are compared (the
-# device draws from its own Philox stream, and empty memory holds anything).
+# device draws from its own Philox stream, and empty memory holds anything). Their
+# distributions are checked by tests/test_random.py.
 _UNCOMPARABLE_PREFIXES = (
     "normal", "uniform", "bernoulli", "rand", "cauchy", "exponential", "geometric", "log_normal",
     "multinomial", "nn.functional.dropout", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
-    "nn.functional.rrelu", "empty", "new_empty", "nn.functional.fractional_max_pool",
+    "nn.functional.rrelu", "empty", "new_empty", "nn.functional.fractional_max_pool", "torch.empty",
 )
+
+# Ops that take index tensors on the CPU whatever the device of self (as on CUDA): only the
+# sample's input moves to tpu.
+_CPU_ARGS = {"tensor_split"}
 
 
 def _uncomparable(op):
     return op.name.startswith(_UNCOMPARABLE_PREFIXES)
+
+
+def entry_name(op):
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
 class _Timeout(Exception):
@@ -72,13 +90,53 @@ def _tensors(value):
     return []
 
 
-def _compare(actual, expected, dtype, values=True):
+# ---- tolerances ----
+
+_TOL_CLASSES = {None, "TestCommon", "TestUnaryUfuncs", "TestBinaryUfuncs", "TestBinaryUfuncsDevice", "TestReductions",
+                "TestConsistency"}
+_TOL_SKIP_TESTS = {"test_complex_half_reference_testing"}
+
+
+def tolerance(op, dtype):
+    """(atol, rtol) or None: the widest toleranceOverride PyTorch's tests apply to op at dtype
+    in device-vs-reference comparisons (TestCommon, the ufunc and reduction tests, and
+    TestConsistency, which compares another accelerator with the CPU)."""
+    from torch.testing._internal.common_device_type import toleranceOverride
+
+    best = None
+    for info in getattr(op, "decorators", ()) or ():
+        if getattr(info, "cls_name", None) not in _TOL_CLASSES or getattr(info, "test_name", None) in _TOL_SKIP_TESTS:
+            continue
+        if getattr(info, "dtypes", None) and dtype not in info.dtypes:
+            continue
+        for dec in getattr(info, "decorators", ()):
+            if isinstance(dec, toleranceOverride) and dtype in dec.d:
+                t = dec.d[dtype]
+                best = (t.atol, t.rtol) if best is None else (max(best[0], t.atol), max(best[1], t.rtol))
+    return best
+
+
+def _assert_close(x, y, tol):
+    if tol is None or not (x.dtype.is_floating_point or x.dtype.is_complex):
+        torch.testing.assert_close(x, y, equal_nan=True, check_stride=False)
+        return
+    try:
+        torch.testing.assert_close(x, y, equal_nan=True, check_stride=False)
+    except AssertionError:
+        torch.testing.assert_close(x, y, equal_nan=True, check_stride=False, atol=tol[0], rtol=tol[1])
+
+
+def _compare(actual, expected, tol, values=True):
     a, e = _tensors(actual), _tensors(expected)
     if len(a) != len(e):
         raise AssertionError(f"{len(a)} outputs on tpu, {len(e)} on cpu")
+    if not a and not isinstance(expected, (list, tuple, dict)):
+        if values and actual != expected and not (actual != actual and expected != expected):
+            raise AssertionError(f"{actual!r} vs {expected!r}")
+        return
     for x, y in zip(a, e):
-        if x.device.type != "tpu" and y.numel() > 0 and y.device.type == "cpu":
-            pass
+        if x.device.type != "tpu" and not (y.device.type == "cpu" and x.device.type == "cpu"):
+            raise AssertionError(f"result on {x.device}")
         x = x.detach().cpu()
         y = y.detach()
         if x.shape != y.shape:
@@ -86,31 +144,47 @@ def _compare(actual, expected, dtype, values=True):
         if x.dtype != y.dtype:
             raise AssertionError(f"dtype {x.dtype} vs {y.dtype}")
         if values:
-            torch.testing.assert_close(x, y, equal_nan=True, check_stride=False)
+            _assert_close(x, y, tol)
 
 
-def _fallbacks():
-    return sum(torch_tpu.metrics()["cpu_fallbacks_by_op"].values())
+# ---- one sample ----
 
 
-def check_sample(op, sample, dtype, grad):
-    """Returns (ok, used_fallback, message)."""
+def _fallback_ops():
+    return dict(torch_tpu.metrics()["cpu_fallbacks_by_op"])
+
+
+def _run(fn, sample, device, cpu_args):
     args = (sample.input, *sample.args)
     kwargs = sample.kwargs
+    if device != "cpu":
+        if cpu_args:
+            args = (_to(sample.input, device), *sample.args)
+        else:
+            args, kwargs = _to(args, device), _to(kwargs, device)
+    return fn(*args, **kwargs), args, kwargs
+
+
+def _process(sample, out):
+    fn = getattr(sample, "output_process_fn_grad", None)
+    return fn(out) if fn is not None else out
+
+
+def check_function(op, sample, tol, grad, values):
+    """The function variant (and its gradient when `grad`). None when CPU rejects the sample."""
     try:
-        expected = op(*args, **kwargs)
+        expected, cargs, ckwargs = _run(op, sample, "cpu", False)
     except Exception:
-        return None, False, "cpu raised"  # not a valid sample for this op
-    before = _fallbacks()
-    tpu_args, tpu_kwargs = _to(args, "tpu"), _to(kwargs, "tpu")
-    actual = op(*tpu_args, **tpu_kwargs)
-    _compare(actual, expected, dtype, values=not _uncomparable(op))
-    if grad and not _uncomparable(op):
+        return None
+    actual, targs, tkwargs = _run(op, sample, "tpu", op.name in _CPU_ARGS)
+    expected, actual = _process(sample, expected), _process(sample, actual)
+    _compare(actual, expected, tol, values)
+    if grad and values:
         outs_c = [t for t in _tensors(expected) if t.requires_grad and t.dtype.is_floating_point]
         outs_t = [t for t in _tensors(actual) if t.requires_grad and t.dtype.is_floating_point]
-        if outs_c:
-            leaves_c = [t for t in _tensors(args) + _tensors(kwargs) if t.requires_grad]
-            leaves_t = [t for t in _tensors(tpu_args) + _tensors(tpu_kwargs) if t.requires_grad]
+        leaves_c = [t for t in _tensors(cargs) + _tensors(ckwargs) if t.requires_grad]
+        leaves_t = [t for t in _tensors(targs) + _tensors(tkwargs) if t.requires_grad]
+        if outs_c and leaves_c:
             gen = torch.Generator().manual_seed(0)
             cot = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs_c]
             gc = torch.autograd.grad(outs_c, leaves_c, cot, allow_unused=True)
@@ -119,44 +193,115 @@ def check_sample(op, sample, dtype, grad):
                 if (x is None) != (y is None):
                     raise AssertionError("gradient defined on one device only")
                 if x is not None:
-                    torch.testing.assert_close(x.cpu(), y, equal_nan=True, check_stride=False)
-    return True, _fallbacks() > before, ""
+                    if x.device.type != "tpu":
+                        raise AssertionError(f"gradient on {x.device}")
+                    _assert_close(x.cpu(), y, tol)
+    return True
 
 
-def check_op(op, dtype, max_samples, grad, timeout):
-    result = {"op": op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""),
-              "dtype": str(dtype).replace("torch.", ""), "samples": 0, "status": "skip", "error": ""}
-    used_fallback = False
+def check_inplace(op, sample, tol, values):
+    fn = op.inplace_variant
+    if fn is None or not isinstance(sample.input, torch.Tensor):
+        return None
+    cpu_self = sample.input.detach().clone()
+    try:
+        expected = fn(cpu_self, *sample.args, **sample.kwargs)
+    except Exception:
+        return None
+    tpu_self = sample.input.detach().to("tpu")
+    args = sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")
+    actual = fn(tpu_self, *args, **_to(sample.kwargs, "tpu"))
+    if actual is not tpu_self and isinstance(expected, torch.Tensor) and expected is cpu_self:
+        raise AssertionError("in-place variant did not return self")
+    _compare(tpu_self, cpu_self, tol, values)
+    return True
+
+
+def check_out(op, sample, tol, values):
+    if not op.supports_out:
+        return None
+    try:
+        expected = op(sample.input, *sample.args, **sample.kwargs)
+    except Exception:
+        return None
+    if isinstance(expected, torch.Tensor):
+        out_c, out_t = torch.empty_like(expected), torch.empty_like(expected, device="tpu")
+    elif isinstance(expected, (tuple, list)) and expected and all(isinstance(t, torch.Tensor) for t in expected):
+        out_c = tuple(torch.empty_like(t) for t in expected)
+        out_t = tuple(torch.empty_like(t, device="tpu") for t in expected)
+    else:
+        return None
+    try:
+        op(sample.input, *sample.args, **sample.kwargs, out=out_c)
+    except Exception:
+        return None
+    args = (_to(sample.input, "tpu"), *(sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")))
+    op(*args, **_to(sample.kwargs, "tpu"), out=out_t)
+    _compare(out_t, out_c, tol, values)
+    return True
+
+
+def check_op(op, dtype, max_samples, grad, timeout, variants=("function", "inplace", "out")):
+    result = {"op": entry_name(op), "dtype": str(dtype).replace("torch.", ""), "kind": "grad" if grad else "forward",
+              "samples": 0, "status": "skip", "error": "", "variants": [], "fallback_ops": [], "seconds": 0.0,
+              "compile_s": 0.0}
+    values = not _uncomparable(op)
+    tol = tolerance(op, dtype)
+    before = _fallback_ops()
+    m0 = torch_tpu.metrics()
+    start = time.time()
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(timeout)
+    tested = set()
     try:
+        torch.manual_seed(0)
         samples = op.sample_inputs("cpu", dtype, requires_grad=grad)
         for i, sample in enumerate(samples):
             if i >= max_samples:
                 break
-            ok, fb, msg = check_sample(op, sample, dtype, grad)
-            if ok is None:
-                continue
-            result["samples"] += 1
-            used_fallback |= fb
+            ran = False
+            if check_function(op, sample, tol, grad, values):
+                tested.add("function")
+                ran = True
+            if not grad and ran:
+                if "inplace" in variants and check_inplace(op, sample, tol, values):
+                    tested.add("inplace")
+                if "out" in variants and check_out(op, sample, tol, values):
+                    tested.add("out")
+            result["samples"] += ran
         if result["samples"]:
-            result["status"] = "fallback" if used_fallback else "native"
+            result["status"] = "native"
     except _Timeout:
         result["status"], result["error"] = "fail", f"timeout after {timeout}s"
     except Exception as e:  # noqa: BLE001 - every failure is reported, none hides others
-        result["status"], result["error"] = "fail", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        msg = str(e).strip().splitlines()
+        result["status"], result["error"] = "fail", f"{type(e).__name__}: {' '.join(msg[:3])[:300] if msg else ''}"
     finally:
         signal.alarm(0)
+    after = _fallback_ops()
+    result["fallback_ops"] = sorted(k for k, v in after.items() if v > before.get(k, 0))
+    if result["status"] == "native" and result["fallback_ops"]:
+        result["status"] = "fallback"
+    result["variants"] = sorted(tested)
+    m1 = torch_tpu.metrics()
+    result["seconds"] = round(time.time() - start, 3)
+    result["compile_s"] = round(m1["compile_time_s"] - m0["compile_time_s"], 3)
     return result
 
 
-def run(ops=None, dtypes=("float32",), max_samples=4, grad=False, timeout=60, verbose=False):
+def select_ops(ops=None):
     from torch.testing._internal.common_methods_invocations import op_db
 
-    selected = [o for o in op_db if ops is None or o.name in ops]
+    return [o for o in op_db if ops is None or o.name in ops or entry_name(o) in ops]
+
+
+def run(ops=None, dtypes=("float32",), max_samples=4, grad=False, timeout=120, verbose=False, shard=(0, 1)):
+    selected = select_ops(ops)
     results = []
     warnings.simplefilter("ignore")
-    for op in selected:
+    for index, op in enumerate(selected):
+        if index % shard[1] != shard[0]:
+            continue
         for name in dtypes:
             dtype = DTYPES[name]
             if dtype not in op.supported_dtypes("cpu"):
@@ -164,10 +309,10 @@ def run(ops=None, dtypes=("float32",), max_samples=4, grad=False, timeout=60, ve
             if grad and not (op.supports_autograd and dtype.is_floating_point):
                 continue
             r = check_op(op, dtype, max_samples, grad, timeout)
-            r["grad"] = grad
             results.append(r)
             if verbose:
-                print(f"{r['op']:40s} {r['dtype']:9s} {r['status']:8s} {r['error']}", flush=True)
+                fb = f" [{', '.join(r['fallback_ops'])}]" if r["fallback_ops"] else ""
+                print(f"{r['op']:40s} {r['dtype']:9s} {r['kind']:7s} {r['status']:8s} {r['error']}{fb}", flush=True)
     return results
 
 
@@ -176,35 +321,94 @@ def summarize(results):
     for r in results:
         if r["status"] == "skip":
             continue
-        key = (r["dtype"], "grad" if r.get("grad") else "forward")
+        key = (r["dtype"], r["kind"])
         t = table.setdefault(key, {"native": 0, "fallback": 0, "fail": 0})
         t[r["status"]] += 1
     return table
 
 
+def print_table(results, wall, file=sys.stdout):
+    print(f"{'dtype':10s} {'kind':8s} {'native':>7s} {'fallback':>9s} {'fail':>6s} {'native %':>9s}", file=file)
+    totals = {"native": 0, "fallback": 0, "fail": 0}
+    for (dtype, kind), t in sorted(summarize(results).items()):
+        total = sum(t.values())
+        for k in totals:
+            totals[k] += t[k]
+        print(f"{dtype:10s} {kind:8s} {t['native']:7d} {t['fallback']:9d} {t['fail']:6d} "
+              f"{100.0 * t['native'] / max(total, 1):8.1f}%", file=file)
+    total = sum(totals.values())
+    print(f"{'total':10s} {'':8s} {totals['native']:7d} {totals['fallback']:9d} {totals['fail']:6d} "
+          f"{100.0 * totals['native'] / max(total, 1):8.1f}%", file=file)
+    slow = sorted((r for r in results if r.get("compile_s")), key=lambda r: -r["compile_s"])[:10]
+    if slow:
+        print("slowest to compile: " + ", ".join(f"{r['op']}/{r['dtype']}/{r['kind']} {r['compile_s']:.1f}s"
+                                                  for r in slow), file=file)
+    print(f"wall time {wall:.0f} s", file=file)
+
+
+def _run_workers(argv, workers):
+    """Runs the sweep in `workers` processes (ops dealt round-robin) and merges their JSON."""
+    procs, files = [], []
+    for i in range(workers):
+        f = tempfile.NamedTemporaryFile(suffix=".json", delete=False)
+        f.close()
+        files.append(f.name)
+        cmd = [sys.executable, "-m", "torch_tpu.opcheck", *argv, "--shard", f"{i}/{workers}", "--json", f.name,
+               "--quiet"]
+        procs.append(subprocess.Popen(cmd))
+    results = []
+    for p, name in zip(procs, files):
+        p.wait()
+        try:
+            with open(name) as fh:
+                results += json.load(fh)["results"]
+        except (OSError, ValueError):
+            print(f"opcheck: a worker failed (exit {p.returncode})", file=sys.stderr)
+        finally:
+            os.unlink(name)
+    return results
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", help="comma-separated OpInfo names (default: all)")
-    p.add_argument("--dtypes", default="float32,bfloat16,float16,int64,int32,bool")
+    p.add_argument("--dtypes", default=ALL_DTYPES)
     p.add_argument("--samples", type=int, default=4, help="sample inputs per (op, dtype)")
-    p.add_argument("--grad", action="store_true", help="also compare gradients (float dtypes)")
-    p.add_argument("--timeout", type=int, default=60)
+    p.add_argument("--grad", action="store_true", help="also compare gradients")
+    p.add_argument("--grad-dtypes", default="float32", help="dtypes whose gradients --grad compares")
+    p.add_argument("--timeout", type=int, default=120, help="seconds per (op, dtype) entry")
+    p.add_argument("--workers", type=int, default=1, help="processes to spread the ops over")
+    p.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write every result to this file")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
-    ops = set(a.ops.split(",")) if a.ops else None
     start = time.time()
-    results = run(ops, a.dtypes.split(","), a.samples, False, a.timeout, a.verbose)
-    if a.grad:
-        results += run(ops, [d for d in a.dtypes.split(",") if d in ("float32", "bfloat16", "float16")],
-                       a.samples, True, a.timeout, a.verbose)
+    if a.workers > 1:
+        argv = [x for x in (argv if argv is not None else sys.argv[1:])]
+        forward = []
+        skip = False
+        for x in argv:  # drop --workers/--json from what the workers get
+            if skip:
+                skip = False
+                continue
+            if x in ("--workers", "--json"):
+                skip = True
+                continue
+            if x.startswith(("--workers=", "--json=")):
+                continue
+            forward.append(x)
+        results = _run_workers(forward, a.workers)
+    else:
+        ops = set(a.ops.split(",")) if a.ops else None
+        shard = tuple(int(x) for x in a.shard.split("/"))
+        results = run(ops, a.dtypes.split(","), a.samples, False, a.timeout, a.verbose, shard)
+        if a.grad:
+            grad_dtypes = [d for d in a.grad_dtypes.split(",") if d in a.dtypes.split(",")]
+            results += run(ops, grad_dtypes, a.samples, True, a.timeout, a.verbose, shard)
     wall = time.time() - start
-    print(f"{'dtype':10s} {'kind':8s} {'native':>7s} {'fallback':>9s} {'fail':>6s} {'native %':>9s}")
-    for (dtype, kind), t in sorted(summarize(results).items()):
-        total = sum(t.values())
-        print(f"{dtype:10s} {kind:8s} {t['native']:7d} {t['fallback']:9d} {t['fail']:6d} "
-              f"{100.0 * t['native'] / max(total, 1):8.1f}%")
-    print(f"wall time {wall:.0f} s")
+    if not a.quiet:
+        print_table(results, wall)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": results, "wall_s": wall}, f, indent=1)

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "op_kernel.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -59,6 +61,8 @@ class TpuAllocator final : public c10::DeviceAllocator {
     storage->device = device;
     storage->nbytes = nbytes;
     storage->address = rt.Register(storage);
+    static std::atomic<uint64_t> next_uid{1};
+    storage->uid = next_uid++;
     return {reinterpret_cast<void*>(storage->address), storage, &Delete,
             c10::Device(kTpu, static_cast<c10::DeviceIndex>(device))};
   }
@@ -344,8 +348,7 @@ int DeviceCount() noexcept {
 }
 
 void SynchronizeDevice(int device) {
-  Runtime& rt = Runtime::Get();
-  (void)rt;
+  SyncPoint("synchronize");
   runtime::GetMetrics().CountSync("synchronize");
   // Every pending value lives in some storage: waiting for all of them drains the device.
   std::vector<pjrt::BufferPtr> pending;

@@ -240,6 +240,7 @@ class Graph {
       if (it != programs_.end()) program = it->second;
     }
     if (!program) {
+      py::gil_scoped_release release;  // lowering and compiling take no Python objects
       program = Build(tensors, storages);
       std::lock_guard<std::mutex> lock(mu_);
       programs_[key] = program;
@@ -260,6 +261,7 @@ class Graph {
     }
     std::vector<pjrt::BufferPtr> outs;
     try {
+      py::gil_scoped_release release;  // a plugin may run the program on this thread
       outs = program->exe->Execute(rt.client().device(device), raw);
     } catch (const c10::Error&) {
       throw;

@@ -215,6 +215,7 @@ at::Tensor& SetEmpty(at::Tensor& self) {
 // Host bytes of a tpu tensor's storage, viewed with the tensor's geometry as a CPU tensor.
 at::Tensor HostView(const at::Tensor& src) {
   TpuStorage* s = StorageOf(src);
+  SyncPoint("device to host");
   GetMetrics().CountSync("device_to_host");
   auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));
   s->ReadBytes(bytes.data_ptr());

@@ -38,6 +38,10 @@ py::dict MetricsDict() {
     d["slowest_compile_op"] = m.slowest_compile_op;
   }
   d["executions"] = m.executions.load();
+  d["ops_recorded"] = m.ops_recorded.load();
+  d["fused_graphs_run"] = m.fused_graphs_run.load();
+  d["fused_graphs_compiled"] = m.fused_graphs_compiled.load();
+  d["fused_ops"] = m.fused_ops.load();
   d["host_to_device_bytes"] = m.host_to_device_bytes.load();
   d["device_to_host_bytes"] = m.device_to_host_bytes.load();
   d["host_syncs"] = m.host_syncs.load();
@@ -98,6 +102,20 @@ PYBIND11_MODULE(_C, m) {
     return a.elapsedTime(b);
   });
   m.def("_metrics", &aten::MetricsDict);
+  m.def("_set_eager_mode", [](const std::string& mode) {
+    if (mode == "debug") aten::SetEagerMode(aten::EagerMode::kDebug);
+    else if (mode == "strict") aten::SetEagerMode(aten::EagerMode::kStrict);
+    else if (mode == "fused") aten::SetEagerMode(aten::EagerMode::kFused);
+    else throw py::value_error("unknown eager mode '" + mode + "': expected 'debug', 'strict' or 'fused'");
+  });
+  m.def("_get_eager_mode", [] {
+    switch (aten::GetEagerMode()) {
+      case aten::EagerMode::kDebug: return std::string("debug");
+      case aten::EagerMode::kFused: return std::string("fused");
+      default: return std::string("strict");
+    }
+  });
+  m.def("_sync_point", [](const std::string& cause) { aten::SyncPoint(cause.c_str()); });
   m.def("_cache_dir", [] { return runtime::Runtime::Get().cache_dir(); });
   m.def("_cache_root", &runtime::DiskCacheRoot);
   m.def("_cache_clear", [] { return runtime::DiskCacheClear(runtime::DiskCacheRoot()); });

@@ -8,6 +8,7 @@
 #include <ATen/native/TypeProperties.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -76,7 +77,14 @@ struct NewTensor {
 };
 
 struct Program {
-  pjrt::ExecutablePtr exe;
+  int id = 0;                           // names its function in fused modules: @f<id>
+  std::mutex compile_mu;
+  pjrt::ExecutablePtr exe;              // compiled on first strict execution
+  std::string module_text;              // the op alone, as @main
+  std::string function_text;            // the op as a private @f<id>, for fused modules
+  std::vector<shlo::TensorType> param_types, result_types;
+  std::vector<std::string> check_messages;  // trailing i1 outputs: device-side asserts
+  std::string op_name;
   bool fallback = false;
   std::vector<ParamSource> params;
   std::vector<NewTensor> new_tensors;   // program outputs 0..n-1
@@ -147,7 +155,7 @@ void AddTensorToKey(Call& call, const at::Tensor& t, std::vector<TpuStorage*>& s
   for (int64_t d : t.strides()) k.push_back(d);
   k.push_back(t.storage_offset());
   k.push_back(static_cast<int64_t>(s->nbytes));
-  k.push_back(s->buffer ? static_cast<int64_t>(s->elem) : -1);
+  k.push_back((s->buffer || s->pending) ? static_cast<int64_t>(s->elem) : -1);
   int64_t alias = -1;
   for (size_t i = 0; i < seen.size(); ++i)
     if (seen[i] == s) alias = static_cast<int64_t>(i);
@@ -394,7 +402,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     TpuStorage* s = StorageOf(t);
     auto it = storage_values.find(s);
     if (it != storage_values.end()) return it->second;
-    shlo::ElemType elem = s->buffer ? s->elem : ToElemType(t.scalar_type());
+    shlo::ElemType elem = (s->buffer || s->pending) ? s->elem : ToElemType(t.scalar_type());
     program->params.push_back({ParamSource::Storage, static_cast<int>(slot), elem});
     shlo::Value v = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
     storage_values[s] = v;
@@ -557,7 +565,17 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
       }
     }
   }
-  program->exe = Runtime::Get().Compile(b.Module(outputs), e.name);
+  for (const auto& check : ctx.checks) {
+    outputs.push_back(b.Reshape(b.Convert(check.failed, shlo::ElemType::Pred), {}));
+    program->check_messages.push_back(check.message);
+  }
+  static std::atomic<int> next_id{0};
+  program->id = next_id++;
+  program->op_name = e.name;
+  for (const auto& p : b.params()) program->param_types.push_back(p.type);
+  for (const auto& o : outputs) program->result_types.push_back(o.type);
+  program->module_text = b.Module(outputs);
+  program->function_text = b.Function("f" + std::to_string(program->id), outputs, false);
   return program;
 }
 
@@ -566,51 +584,90 @@ pjrt::BufferPtr UploadScalar(const at::Tensor& cpu_value, shlo::ElemType elem, i
   return Runtime::Get().client().FromHost(v.data_ptr(), runtime::ToPjrt(elem), {}, device);
 }
 
-void Execute(const OpEntry& e, const Program& p, torch::jit::Stack* stack, size_t first, Call& call) {
-  Runtime& rt = Runtime::Get();
-  int device = call.device < 0 ? CurrentDevice() : call.device;
+// ---- eager modes ----
+std::atomic<int> g_mode{static_cast<int>(EagerMode::kStrict)};
+
+bool CheckNans() {
+  static bool on = [] {
+    const char* env = std::getenv("TORCH_TPU_CHECK_NANS");
+    return env && *env && std::strcmp(env, "0") != 0;
+  }();
+  return on;
+}
+
+// Device-side asserts waiting for the next synchronisation.
+struct DeferredCheck {
+  pjrt::BufferPtr failed;
+  std::string message;
+};
+std::mutex g_checks_mu;
+std::vector<DeferredCheck> g_checks;
+
+void VerifyChecks() {
+  std::vector<DeferredCheck> checks;
+  {
+    std::lock_guard<std::mutex> lock(g_checks_mu);
+    checks.swap(g_checks);
+  }
+  for (const auto& c : checks) {
+    uint8_t failed = 0;
+    c.failed->ToHost(&failed, 1);
+    TORCH_CHECK_INDEX(!failed, c.message);
+  }
+}
+
+void DeferChecks(const std::vector<std::string>& messages, const std::vector<pjrt::BufferPtr>& outs, size_t first) {
+  if (messages.empty()) return;
+  size_t pending;
+  {
+    std::lock_guard<std::mutex> lock(g_checks_mu);
+    for (size_t i = 0; i < messages.size(); ++i) g_checks.push_back({outs[first + i], messages[i]});
+    pending = g_checks.size();
+  }
+  // Debug mode raises at the op; otherwise at the next sync, or when too many are waiting.
+  if (static_cast<EagerMode>(g_mode.load()) == EagerMode::kDebug || pending > 1024) VerifyChecks();
+}
+
+// The parameters of one op's program, in order.
+// With `storages` false, storage parameters are left null (fused mode maps them itself).
+std::vector<pjrt::BufferPtr> Inputs(const Program& p, const Call& call, int device, bool storages = true) {
   std::vector<pjrt::BufferPtr> keep;
-  std::vector<PJRT_Buffer*> raw;
   keep.reserve(p.params.size());
   for (const ParamSource& src : p.params) {
-    pjrt::BufferPtr buf;
     if (src.kind == ParamSource::Storage) {
-      buf = StorageOf(call.slots[src.slot])->Materialize(src.elem);
+      keep.push_back(storages ? StorageOf(call.slots[src.slot])->Materialize(src.elem) : nullptr);
     } else if (src.kind == ParamSource::Scalar) {
       if (src.slot >= 0) {
-        buf = UploadScalar(call.slots[src.slot], src.elem, device);
+        keep.push_back(UploadScalar(call.slots[src.slot], src.elem, device));
       } else {
         const c10::Scalar& s = call.scalars[-1 - src.slot];
-        buf = UploadScalar(at::scalar_tensor(s, at::TensorOptions().dtype(s.type())), src.elem, device);
+        keep.push_back(UploadScalar(at::scalar_tensor(s, at::TensorOptions().dtype(s.type())), src.elem, device));
       }
     } else {
       auto [seed, offset] = NextPhiloxState(call.generators[src.slot], device, src.rng_increment);
       uint64_t state[2] = {seed, offset};
-      buf = rt.client().FromHost(state, PJRT_Buffer_Type_U64, {2}, device);
+      keep.push_back(Runtime::Get().client().FromHost(state, PJRT_Buffer_Type_U64, {2}, device));
     }
-    raw.push_back(buf->raw());
-    keep.push_back(std::move(buf));
   }
-  std::vector<pjrt::BufferPtr> outs = p.exe->Execute(rt.client().device(device), raw);
-  GetMetrics().executions++;
+  return keep;
+}
 
+std::vector<at::Tensor> NewTensors(const Program& p, int device) {
   std::vector<at::Tensor> fresh;
-  size_t next = 0;
+  c10::DeviceGuard guard(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
   for (const NewTensor& nt : p.new_tensors) {
     if (!nt.defined) {
       fresh.emplace_back();
       continue;
     }
-    c10::DeviceGuard guard(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
-    at::Tensor t = at::empty_strided(nt.sizes, nt.strides, at::TensorOptions().dtype(nt.dtype).device(kTpu, device));
-    StorageOf(t)->Assign(outs[next++], ToElemType(nt.dtype));
-    fresh.push_back(std::move(t));
+    fresh.push_back(at::empty_strided(nt.sizes, nt.strides, at::TensorOptions().dtype(nt.dtype).device(kTpu, device)));
   }
-  for (size_t w = 0; w < p.writes.size(); ++w) {
-    StorageOf(call.slots[p.writes[w].slot])->Assign(outs[next + w], p.writes[w].elem);
-  }
+  return fresh;
+}
 
-  // Replace the arguments with the results, as the schema returns them.
+// Replaces the arguments with the results, as the schema returns them.
+void PushResults(const OpEntry& e, const Program& p, torch::jit::Stack* stack, size_t first,
+                 std::vector<at::Tensor> fresh) {
   if (e.variant == Variant::Functional) {
     torch::jit::drop(*stack, e.num_args);
     if (p.returns_list) {
@@ -629,6 +686,314 @@ void Execute(const OpEntry& e, const Program& p, torch::jit::Stack* stack, size_
     size_t returns = e.op->schema().returns().size();
     for (size_t i = 0; i < std::min(returns, outs_iv.size()); ++i) stack->push_back(outs_iv[i]);
   }
+}
+
+const pjrt::ExecutablePtr& Compiled(Program& p) {
+  std::lock_guard<std::mutex> lock(p.compile_mu);
+  if (!p.exe) p.exe = Runtime::Get().Compile(p.module_text, p.op_name);
+  return p.exe;
+}
+
+// Debug mode: the op's results are computed before it returns; with TORCH_TPU_CHECK_NANS=1
+// the first op producing NaN or Inf is named.
+void DebugCheck(const OpEntry& e, const std::vector<at::Tensor>& fresh, const Call& call,
+                const std::vector<pjrt::BufferPtr>& outs) {
+  for (const auto& b : outs) b->Await();
+  if (!CheckNans()) return;
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) return;
+    at::Tensor host = t.cpu();
+    TORCH_CHECK(at::isfinite(host).all().item<bool>(), "tpu: ", e.name, " produced NaN or Inf (output shape ",
+                t.sizes(), ", ", t.scalar_type(), ")");
+  };
+  for (const auto& t : fresh) check(t);
+  if (e.variant != Variant::Functional)
+    for (const auto& t : call.slots) check(t);
+}
+
+void Execute(const OpEntry& e, Program& p, torch::jit::Stack* stack, size_t first, Call& call) {
+  Runtime& rt = Runtime::Get();
+  int device = call.device < 0 ? CurrentDevice() : call.device;
+  const pjrt::ExecutablePtr& exe = Compiled(p);
+  std::vector<pjrt::BufferPtr> keep = Inputs(p, call, device);
+  std::vector<PJRT_Buffer*> raw;
+  raw.reserve(keep.size());
+  for (const auto& b : keep) raw.push_back(b->raw());
+  std::vector<pjrt::BufferPtr> outs = exe->Execute(rt.client().device(device), raw);
+  GetMetrics().executions++;
+
+  std::vector<at::Tensor> fresh = NewTensors(p, device);
+  size_t next = 0;
+  for (size_t i = 0; i < fresh.size(); ++i)
+    if (fresh[i].defined()) StorageOf(fresh[i])->Assign(outs[next++], ToElemType(p.new_tensors[i].dtype));
+  for (size_t w = 0; w < p.writes.size(); ++w) {
+    StorageOf(call.slots[p.writes[w].slot])->Assign(outs[next + w], p.writes[w].elem);
+  }
+  DeferChecks(p.check_messages, outs, next + p.writes.size());
+  if (static_cast<EagerMode>(g_mode.load()) == EagerMode::kDebug) DebugCheck(e, fresh, call, outs);
+  PushResults(e, p, stack, first, std::move(fresh));
+}
+
+// ---- fused mode: ops are recorded and run as one program at a sync point ----
+int64_t FusedOpLimit() {
+  static int64_t limit = [] {
+    const char* env = std::getenv("TORCH_TPU_FUSED_MAX_OPS");
+    return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{1000};
+  }();
+  return limit;
+}
+
+struct FusedProgram {
+  pjrt::ExecutablePtr exe;
+  std::vector<std::string> check_messages;
+};
+
+class FusedGraph {
+ public:
+  bool empty() const { return calls_.empty(); }
+  int device() const { return device_; }
+
+  size_t num_ops() const { return calls_.size(); }
+
+  void Record(const std::shared_ptr<Program>& program, const Call& call, int device,
+              const std::vector<at::Tensor>& fresh) {
+    Program& p = *program;
+    if (device_ < 0) device_ = device;
+    // Arguments: a pending storage's value from the graph, or a new graph parameter.
+    std::vector<int> args;
+    args.reserve(p.params.size());
+    std::vector<pjrt::BufferPtr> uploads;
+    for (size_t i = 0; i < p.params.size(); ++i) {
+      const ParamSource& src = p.params[i];
+      if (src.kind == ParamSource::Storage) {
+        TpuStorage* s = StorageOf(call.slots[src.slot]);
+        auto it = storage_value_.find(s->uid);
+        if (it != storage_value_.end()) {
+          args.push_back(it->second);
+          continue;
+        }
+        int id = AddParam(s->Materialize(src.elem), p.param_types[i]);
+        storage_value_[s->uid] = id;
+        args.push_back(id);
+      } else {
+        if (uploads.empty()) uploads = Inputs(p, call, device, false);  // scalars and RNG states, now
+        args.push_back(AddParam(uploads[i], p.param_types[i]));
+      }
+    }
+    int first_result = static_cast<int>(value_types_.size());
+    for (const auto& t : p.result_types) value_types_.push_back(t);
+    calls_.push_back({&p, args, first_result});
+    programs_.push_back(program);
+    key_.push_back(p.id);
+    key_.push_back(static_cast<int64_t>(args.size()));
+    for (int a : args) key_.push_back(a);
+
+    // Results: fresh tensors and written storages now hold values of this graph.
+    int r = first_result;
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      if (!fresh[i].defined()) continue;
+      MarkPending(fresh[i], r++, ToElemType(p.new_tensors[i].dtype));
+    }
+    for (const WriteTarget& w : p.writes) MarkPending(call.slots[w.slot], r++, w.elem);
+    for (const std::string& m : p.check_messages) checks_.push_back({r++, m});
+  }
+
+  // Runs the recorded ops as one program and hands every live pending storage its value.
+  void Flush(const char* cause) {
+    if (calls_.empty()) return;
+    auto& metrics = GetMetrics();
+    metrics.CountSync(std::string("fused graph: ") + cause);
+    std::vector<int> outputs;
+    std::vector<std::pair<c10::intrusive_ptr<c10::StorageImpl>, shlo::ElemType>> targets;
+    for (auto& [uid, pend] : pending_order_) {
+      auto impl = pend.storage.lock();
+      if (!impl) continue;  // died before the sync: its value is never needed
+      auto* s = static_cast<TpuStorage*>(impl->data_ptr().get_context());
+      if (!s || s->uid != uid || !s->pending) continue;
+      outputs.push_back(storage_value_.at(uid));
+      targets.emplace_back(std::move(impl), elem_.at(uid));
+    }
+    key_.push_back(-1);
+    for (int o : outputs) key_.push_back(o);
+    for (const auto& c : checks_) key_.push_back(c.first);
+
+    std::shared_ptr<FusedProgram> fused;
+    {
+      std::lock_guard<std::mutex> lock(g_fused_mu);
+      auto it = g_fused.find(key_);
+      if (it != g_fused.end()) fused = it->second;
+    }
+    if (!fused) {
+      fused = std::make_shared<FusedProgram>();
+      std::string module = ModuleText(outputs);
+      fused->exe = Runtime::Get().Compile(module, "fused graph of " + std::to_string(calls_.size()) + " ops");
+      for (const auto& c : checks_) fused->check_messages.push_back(c.second);
+      std::lock_guard<std::mutex> lock(g_fused_mu);
+      g_fused[key_] = fused;
+      metrics.fused_graphs_compiled++;
+    }
+    std::vector<pjrt::BufferPtr> params = std::move(params_);  // alive until Execute returns
+    std::vector<PJRT_Buffer*> raw;
+    for (const auto& b : params) raw.push_back(b->raw());
+    Runtime& rt = Runtime::Get();
+    int device = device_;
+    size_t num_ops = calls_.size();
+    Reset();  // before running: a failure must not leave the graph half-flushed
+    std::vector<pjrt::BufferPtr> outs = fused->exe->Execute(rt.client().device(device), raw);
+    metrics.executions++;
+    metrics.fused_graphs_run++;
+    metrics.fused_ops += static_cast<int64_t>(num_ops);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context())->AssignComputed(outs[i], targets[i].second);
+    }
+    DeferChecks(fused->check_messages, outs, targets.size());
+  }
+
+ private:
+  struct PendingStorage {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  };
+
+  int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
+    int id = static_cast<int>(value_types_.size());
+    value_types_.push_back(type);
+    param_ids_.push_back(id);
+    params_.push_back(std::move(buffer));
+    return id;
+  }
+
+  void MarkPending(const at::Tensor& t, int value, shlo::ElemType elem) {
+    TpuStorage* s = StorageOf(t);
+    s->pending = true;
+    s->elem = elem;
+    storage_value_[s->uid] = value;
+    elem_[s->uid] = elem;
+    bool known = false;
+    for (const auto& [uid, pend] : pending_order_) known |= uid == s->uid;
+    if (!known) {
+      pending_order_.emplace_back(s->uid, PendingStorage{c10::weak_intrusive_ptr<c10::StorageImpl>(
+                                               c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
+                                                   t.storage().unsafeGetStorageImpl()))});
+    }
+  }
+
+  std::string Ref(int id) const {
+    auto it = refs_.find(id);
+    return it->second;
+  }
+
+  std::string ModuleText(const std::vector<int>& outputs) {
+    refs_.clear();
+    std::string functions, body;
+    std::unordered_set<int> emitted;
+    std::string params;
+    for (size_t i = 0; i < param_ids_.size(); ++i) {
+      refs_[param_ids_[i]] = "%p" + std::to_string(i);
+      params += (i ? ", " : "") + refs_[param_ids_[i]] + ": " + value_types_[param_ids_[i]].str();
+    }
+    for (size_t c = 0; c < calls_.size(); ++c) {
+      const Call& call = calls_[c];
+      const Program& p = *call.program;
+      if (emitted.insert(p.id).second) functions += p.function_text;
+      std::string name = "%c" + std::to_string(c);
+      size_t n = p.result_types.size();
+      std::string line = "    ";
+      if (n == 1) line += name + " = ";
+      else if (n > 1) line += name + ":" + std::to_string(n) + " = ";
+      line += "\"func.call\"(";
+      std::string arg_types;
+      for (size_t i = 0; i < call.args.size(); ++i) {
+        line += (i ? ", " : "") + Ref(call.args[i]);
+        arg_types += (i ? ", " : "") + value_types_[call.args[i]].str();
+      }
+      std::string result_types;
+      for (size_t i = 0; i < n; ++i) {
+        result_types += (i ? ", " : "") + p.result_types[i].str();
+        refs_[call.first_result + static_cast<int>(i)] = n == 1 ? name : name + "#" + std::to_string(i);
+      }
+      line += ") {callee = @f" + std::to_string(p.id) + "} : (" + arg_types + ") -> (" + result_types + ")\n";
+      body += line;
+    }
+    std::vector<int> results = outputs;
+    for (const auto& ch : checks_) results.push_back(ch.first);
+    std::string types, refs;
+    for (size_t i = 0; i < results.size(); ++i) {
+      types += (i ? ", " : "") + value_types_[results[i]].str();
+      refs += (i ? ", " : "") + Ref(results[i]);
+    }
+    std::string main = "  func.func public @main(" + params + ") -> (" + types + ") {\n" + body +
+                       "    \"func.return\"(" + refs + ") : (" + types + ") -> ()\n  }\n";
+    return shlo::WrapModule(functions + main);
+  }
+
+  void Reset() {
+    for (auto& [uid, pend] : pending_order_) {
+      auto impl = pend.storage.lock();
+      if (!impl) continue;
+      auto* s = static_cast<TpuStorage*>(impl->data_ptr().get_context());
+      if (s && s->uid == uid) s->pending = false;
+    }
+    device_ = -1;
+    calls_.clear();
+    programs_.clear();
+    params_.clear();
+    param_ids_.clear();
+    value_types_.clear();
+    storage_value_.clear();
+    elem_.clear();
+    pending_order_.clear();
+    checks_.clear();
+    key_.clear();
+  }
+
+  struct Call {
+    Program* program;
+    std::vector<int> args;
+    int first_result;
+  };
+
+  int device_ = -1;
+  std::vector<Call> calls_;
+  std::vector<std::shared_ptr<Program>> programs_;  // keeps every recorded program alive
+  std::vector<pjrt::BufferPtr> params_;
+  std::vector<int> param_ids_;
+  std::vector<shlo::TensorType> value_types_;        // by value id: params and call results
+  std::unordered_map<uint64_t, int> storage_value_;  // storage uid -> its current value id
+  std::unordered_map<uint64_t, shlo::ElemType> elem_;
+  std::vector<std::pair<uint64_t, PendingStorage>> pending_order_;
+  std::vector<std::pair<int, std::string>> checks_;
+  std::vector<int64_t> key_;
+  std::unordered_map<int, std::string> refs_;
+
+  static std::mutex g_fused_mu;
+  static std::unordered_map<std::vector<int64_t>, std::shared_ptr<FusedProgram>, KeyHash> g_fused;
+};
+
+std::mutex FusedGraph::g_fused_mu;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<FusedProgram>, KeyHash> FusedGraph::g_fused;
+
+// One open graph per process; eager dispatch holds the GIL, the lock covers other threads.
+std::recursive_mutex g_graph_mu;
+FusedGraph& Graph() {
+  static FusedGraph* graph = new FusedGraph();
+  return *graph;
+}
+
+void FlushGraph(const char* cause) {
+  std::lock_guard<std::recursive_mutex> lock(g_graph_mu);
+  Graph().Flush(cause);
+}
+
+void Record(const OpEntry& e, std::shared_ptr<Program> p, torch::jit::Stack* stack, size_t first, Call& call) {
+  int device = call.device < 0 ? CurrentDevice() : call.device;
+  std::lock_guard<std::recursive_mutex> lock(g_graph_mu);
+  FusedGraph& graph = Graph();
+  if (!graph.empty() && graph.device() != device) graph.Flush("another device");
+  std::vector<at::Tensor> fresh = NewTensors(*p, device);
+  graph.Record(p, call, device, fresh);
+  GetMetrics().ops_recorded++;
+  PushResults(e, *p, stack, first, std::move(fresh));
+  if (graph.num_ops() >= FusedOpLimit()) graph.Flush("op limit");
 }
 
 // Resizes out= tensors as PyTorch's resize_output does (with its warning). True if any changed.
@@ -688,7 +1053,11 @@ class GenericKernel final : public c10::OperatorKernel {
       return;
     }
     try {
-      Execute(*e_, *program, stack, first, call);
+      if (static_cast<EagerMode>(g_mode.load()) == EagerMode::kFused) {
+        Record(*e_, program, stack, first, call);
+      } else {
+        Execute(*e_, *program, stack, first, call);
+      }
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& ex) {
@@ -731,6 +1100,18 @@ std::vector<std::string>& NativeOpNames() {
 
 }  // namespace
 
+void SetEagerMode(EagerMode mode) {
+  if (mode != static_cast<EagerMode>(g_mode.load())) FlushGraph("eager mode change");
+  g_mode = static_cast<int>(mode);
+}
+
+EagerMode GetEagerMode() { return static_cast<EagerMode>(g_mode.load()); }
+
+void SyncPoint(const char* cause) {
+  FlushGraph(cause);
+  VerifyChecks();
+}
+
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string name = c10::toString(op.operator_name());
   TORCH_CHECK(!StrictFallback(), "tpu: ", name,
@@ -754,6 +1135,7 @@ void RegisterLoweredOps() {
   static bool done = false;
   if (done) return;
   done = true;
+  runtime::SetFlushHook(&FlushGraph);
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   static auto* tpu_lib =
       new torch::Library(torch::Library::IMPL, "torch_tpu", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);

@@ -5,6 +5,15 @@
 
 namespace tpu::aten {
 
+// DESIGN.md "One op, three ways to run it": debug waits after every op; strict (the default)
+// runs one program per op asynchronously; fused records ops and runs them as one program at
+// a sync point.
+enum class EagerMode { kDebug = 0, kStrict = 1, kFused = 2 };
+void SetEagerMode(EagerMode mode);
+EagerMode GetEagerMode();
+// A synchronisation point: runs the open fused graph and raises deferred device-side asserts.
+void SyncPoint(const char* cause);
+
 // Registers the generic boxed kernel for every op in the lowering table, plus the in-place
 // and out= variants derived from each functional op. Call once, after static initialisers.
 void RegisterLoweredOps();

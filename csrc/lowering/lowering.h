@@ -66,6 +66,16 @@ struct Ctx {
   std::vector<TensorType> outputs;  // the op's result types, from Meta inference
   ElemType common = ElemType::F32;  // PyTorch's result_type over the op's inputs
   const TensorType& out(size_t i = 0) const { return outputs.at(i); }
+
+  // Device-side checks (like CUDA's device asserts): `failed` is a scalar i1 that is true
+  // when the input was invalid (an index out of range). The runtime raises `message` no
+  // later than the next synchronisation, and at the op in debug mode. Never clamp silently.
+  struct Check {
+    Value failed;
+    std::string message;
+  };
+  std::vector<Check> checks;
+  void AddCheck(Value failed, std::string message) { checks.push_back({failed, std::move(message)}); }
 };
 
 using LowerFn = std::vector<Value> (*)(Ctx&, const Args&);

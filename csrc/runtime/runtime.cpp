@@ -41,7 +41,17 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t) {
   return PJRT_Buffer_Type_INVALID;
 }
 
+namespace {
+void (*g_flush_hook)(const char*) = nullptr;
+}  // namespace
+
+void SetFlushHook(void (*hook)(const char* cause)) { g_flush_hook = hook; }
+void FlushPending(const char* cause) {
+  if (g_flush_hook) g_flush_hook(cause);
+}
+
 pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
+  if (pending) FlushPending("read of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   if (buffer) return buffer;
   elem = elem_if_new;
@@ -51,12 +61,22 @@ pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
 }
 
 void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e) {
+  // The open graph would later overwrite this value with a stale one: run it first.
+  if (pending) FlushPending("overwrite of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
 }
 
+void TpuStorage::AssignComputed(pjrt::BufferPtr b, shlo::ElemType e) {
+  std::lock_guard<std::mutex> lock(mu);
+  buffer = std::move(b);
+  elem = e;
+  pending = false;
+}
+
 void TpuStorage::ReadBytes(void* dst) const {
+  if (pending) FlushPending("device to host");
   pjrt::BufferPtr b;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));

@@ -21,6 +21,8 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t);
 // of `elem`. `buffer` is null until first written (reads then see zeros). Swapping the
 // buffer is how writes land: every tensor viewing this storage sees the new value.
 struct TpuStorage {
+  uint64_t uid = 0;       // never reused, unlike addresses: identifies the storage in fused graphs
+  bool pending = false;   // its value is being computed by the open fused graph (not yet run)
   int device = 0;
   size_t nbytes = 0;
   uintptr_t address = 0;  // the fake data pointer PyTorch sees (unique, never dereferenced)
@@ -32,6 +34,8 @@ struct TpuStorage {
   // The buffer, created as zeros of `elem_if_new` when never written.
   pjrt::BufferPtr Materialize(shlo::ElemType elem_if_new);
   void Assign(pjrt::BufferPtr b, shlo::ElemType e);
+  // Assign from the fused graph that computed a pending value (no flush).
+  void AssignComputed(pjrt::BufferPtr b, shlo::ElemType e);
   // Raw bytes of the storage (zeros if never written). Waits for pending work.
   void ReadBytes(void* dst) const;
 };
@@ -78,6 +82,11 @@ class Runtime {
   uintptr_t next_address_ = uintptr_t{1} << 44;
   std::unordered_map<uintptr_t, TpuStorage*> storages_;
 };
+
+// Called before a pending storage is read or overwritten from outside the fused graph: runs
+// the open graph (set by csrc/aten, which owns the eager modes).
+void SetFlushHook(void (*hook)(const char* cause));
+void FlushPending(const char* cause);
 
 // Calls `fn` on every live storage (while holding the registry lock).
 void ForEachStorage(const std::function<void(TpuStorage*)>& fn);

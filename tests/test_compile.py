@@ -1,0 +1,354 @@
+"""torch.compile(backend="tpu"): compiled results against eager tpu and PyTorch CPU for an MLP,
+a small CNN, a tiny Llama (forward, training step, generate() with a static cache); graph
+breaks, recompilation on new shapes (counted with reasons), input mutations, partitions
+around ops without lowerings, errors, and the persistent compilation cache."""
+import copy
+import textwrap
+
+import pytest
+import torch
+import torch._dynamo
+import torch_tpu
+from torch import nn
+from torch.testing import assert_close
+
+from conftest import run_python
+
+
+def counters():
+    return torch_tpu.metrics()
+
+
+def delta(before, key):
+    return counters()[key] - before[key]
+
+
+def tpu_copy(module):
+    return copy.deepcopy(module).to("tpu")
+
+
+def assert_params_close(a, b, **tol):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert_close(q.detach().cpu(), p.detach().cpu(), msg=lambda m: f"{name}: {m}", **tol)
+
+
+def train_step(model, opt, x, y):
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def check_training(make, x, y, make_opt, steps=3, **tol):
+    """Runs `steps` whole training steps (forward, backward, optimizer) on CPU, eagerly on
+    tpu and compiled on tpu from the same weights; losses and parameters agree."""
+    torch.manual_seed(0)
+    cpu = make()
+    eager, compiled = tpu_copy(cpu), tpu_copy(cpu)
+    opts = [make_opt(m.parameters()) for m in (cpu, eager, compiled)]
+    step = torch.compile(train_step, backend="tpu")
+    xt, yt = x.to("tpu"), y.to("tpu")
+    for _ in range(steps):
+        expected = train_step(cpu, opts[0], x, y)
+        got_eager = train_step(eager, opts[1], xt, yt)
+        got = step(compiled, opts[2], xt, yt)
+        assert got.device.type == "tpu"
+        assert_close(got_eager.cpu(), expected, **tol)
+        assert_close(got.cpu(), expected, **tol)
+    assert_params_close(cpu, eager, **tol)
+    assert_params_close(cpu, compiled, **tol)
+    return cpu, eager, compiled
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def small_cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(8 * 2 * 2, 10))
+
+
+# ---------------------------------------------------------------- models
+def test_mlp_inference_matches_eager_and_cpu():
+    torch.manual_seed(0)
+    cpu = mlp()
+    dev = tpu_copy(cpu)
+    x = torch.randn(8, 16)
+    before = counters()
+    f = torch.compile(dev, backend="tpu")
+    with torch.no_grad():
+        got = f(x.to("tpu"))
+        eager = dev(x.to("tpu"))
+    assert got.device.type == "tpu"
+    assert_close(got.cpu(), cpu(x).detach())
+    assert_close(got.cpu(), eager.cpu())
+    assert delta(before, "compile_programs") == 1
+    assert delta(before, "compile_partitioned_graphs") == 0
+
+
+def test_mlp_training_step_with_optimizer():
+    before = counters()
+    check_training(mlp, torch.randn(8, 16), torch.randint(0, 4, (8,)),
+                   lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1))
+    # forward, backward and the optimizer's step are programs; only the CPU step counter of
+    # AdamW (and its copy back) stays on the CPU.
+    assert delta(before, "compile_programs") >= 3
+    eager_ops = counters()["compile_eager_nodes_by_op"]
+    assert all("cpu" in k.lower() for k in eager_ops), eager_ops
+
+
+def test_cnn_training_step_and_batch_norm_statistics():
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+    before = counters()
+    cpu, eager, compiled = check_training(small_cnn, x, y, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                                          atol=1e-4, rtol=1e-4)
+    # Batch-norm running statistics are input mutations of the training graph. (Eager tpu
+    # is not compared: native_batch_norm runs through the CPU fallback there.)
+    assert_close(compiled[1].running_mean.cpu(), cpu[1].running_mean)
+    assert_close(compiled[1].running_var.cpu(), cpu[1].running_var)
+    assert int(compiled[1].num_batches_tracked.cpu()) == 3
+    assert delta(before, "compile_partitioned_graphs") == 0
+    cpu.eval(), compiled.eval()
+    with torch.no_grad():
+        got = torch.compile(compiled, backend="tpu")(x.to("tpu"))
+    assert_close(got.cpu(), cpu(x), atol=1e-4, rtol=1e-4)
+
+
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=128, vocab_size=128)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def test_llama_forward():
+    cpu = tiny_llama()
+    dev = tpu_copy(cpu)
+    ids = torch.randint(0, 128, (2, 12))
+    f = torch.compile(dev, backend="tpu")
+    with torch.no_grad():
+        before = counters()
+        got = f(input_ids=ids.to("tpu")).logits
+        assert delta(before, "compile_partitioned_graphs") == 0
+        assert delta(before, "cpu_fallbacks") == 0
+        eager = dev(input_ids=ids.to("tpu")).logits
+        expected = cpu(input_ids=ids).logits
+    assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
+    assert_close(got.cpu(), eager.cpu(), atol=1e-4, rtol=1e-4)
+
+
+def llama_step(model, opt, ids):
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def test_llama_training_step():
+    torch._dynamo.reset()  # AdamW.step frames compiled by other tests would recompile here
+    cpu = tiny_llama().train()
+    eager, compiled = tpu_copy(cpu), tpu_copy(cpu)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (cpu, eager, compiled)]
+    step = torch.compile(llama_step, backend="tpu")
+    ids = torch.randint(0, 128, (2, 16))
+    before = counters()
+    for _ in range(2):
+        expected = llama_step(cpu, opts[0], ids)
+        got_eager = llama_step(eager, opts[1], ids.to("tpu"))
+        got = step(compiled, opts[2], ids.to("tpu"))
+        assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
+        assert_close(got_eager.cpu(), expected, atol=1e-4, rtol=1e-4)
+    assert_params_close(cpu, compiled, atol=1e-4, rtol=1e-4)
+    assert_params_close(cpu, eager, atol=1e-4, rtol=1e-4)
+    assert delta(before, "compile_recompiles") == 0
+
+
+def test_hf_generate_with_static_cache_and_compiled_forward():
+    cpu = tiny_llama()
+    dev = tpu_copy(cpu)
+    ids = torch.randint(0, 128, (1, 6))
+    kwargs = dict(max_new_tokens=6, do_sample=False, cache_implementation="static")
+    expected = cpu.generate(ids, **kwargs)
+    dev.forward = torch.compile(dev.forward, backend="tpu")
+    before = counters()
+    got = dev.generate(ids.to("tpu"), **kwargs)
+    assert torch.equal(got.cpu(), expected)
+    # Prefill and decode are two graphs; the KV cache updates happen inside the programs.
+    assert delta(before, "compile_graphs") == 2
+    assert delta(before, "compile_partitioned_graphs") == 0
+    mid = counters()
+    assert torch.equal(dev.generate(ids.to("tpu"), **kwargs).cpu(), expected)
+    assert delta(mid, "compile_graphs") == 0
+    assert delta(mid, "programs_compiled") == 0
+
+
+# ---------------------------------------------------------------- Dynamo behaviour
+def test_graph_break_pieces_run_eagerly_between_programs():
+    def f(x, w):
+        y = torch.relu(x @ w)
+        torch._dynamo.graph_break()
+        print_free = y.sum(dim=1, keepdim=True)
+        return torch.tanh(y - print_free)
+
+    x, w = torch.randn(4, 5), torch.randn(5, 3)
+    before = counters()
+    got = torch.compile(f, backend="tpu")(x.to("tpu"), w.to("tpu"))
+    assert_close(got.cpu(), f(x, w))
+    assert delta(before, "compile_graphs") == 2
+
+
+def test_new_shape_recompiles_with_reason():
+    def f(x):
+        return (x * 2).sin().sum(0)
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="tpu")
+    before = counters()
+    for rows in (8, 8, 4, 4):
+        x = torch.randn(rows, 3)
+        assert_close(g(x.to("tpu")).cpu(), f(x))
+    assert delta(before, "compile_graphs") == 2
+    assert delta(before, "compile_recompiles") == 1
+    reasons = counters()["compile_recompile_reasons"]
+    assert any("size" in r for r in reasons), reasons
+    assert delta(before, "compile_programs_built") == 2  # static shapes: one program per shape
+
+
+def test_dynamic_true_is_refused():
+    g = torch.compile(lambda x: x + 1, backend="tpu", dynamic=True)
+    with pytest.raises(Exception, match="static shapes only"):
+        g(torch.randn(3, device="tpu"))
+
+
+def test_input_mutations_are_written_back():
+    def f(cache, pos, new, buf):
+        cache.index_copy_(1, pos, new)       # a KV-cache update
+        buf.add_(1)                          # a running statistic
+        return cache.sum(1)
+
+    cache, pos, new, buf = torch.zeros(2, 5, 3), torch.tensor([1, 3]), torch.randn(2, 2, 3), torch.zeros(4)
+    args = [cache.to("tpu"), pos.to("tpu"), new.to("tpu"), buf.to("tpu")]
+    view = args[0][:, 1]  # a view of the mutated input sees the write
+    got = torch.compile(f, backend="tpu")(*args)
+    expected = f(cache, pos, new, buf)
+    assert_close(got.cpu(), expected)
+    assert_close(args[0].cpu(), cache)
+    assert_close(args[3].cpu(), buf)
+    assert_close(view.cpu(), cache[:, 1])
+
+
+def test_mutation_of_a_strided_view_input():
+    def f(x):
+        x.mul_(2)
+        return x + 1
+
+    base = torch.arange(24.0).reshape(4, 6)
+    dev = base.to("tpu")
+    got = torch.compile(f, backend="tpu")(dev[1:, ::2])
+    expected_base = base.clone()
+    expected = f(expected_base[1:, ::2])
+    assert_close(got.cpu(), expected)
+    assert_close(dev.cpu(), expected_base)
+
+
+def test_views_and_indexing_in_graphs():
+    def f(x, idx, src, i, j):
+        a = x.t()[1:, ::2].unsqueeze(0).expand(2, -1, -1)
+        b = torch.stack(x.unbind(1)[:2]).diagonal(offset=1)
+        c = x.gather(1, idx) + x[idx[:, 0], :2].sum()
+        d = x.index_put((idx[:, 0], idx[:, 1]), src, accumulate=True)
+        e = x[:, [0, 2]] * x[[1, 2]][None, :, 0]
+        g = x.narrow(0, 1, 2).select(1, -1)
+        h = torch.ops.aten.slice_scatter(x, src[:, None].expand(4, 3), 1, 0, 6, 2)
+        k = x.reshape(2, 3, 4)[i, :, j]  # indexed dims apart: the index dims go first
+        m = x.reshape(2, 3, 4).clone()
+        m[:, i, j] = src[:2]  # index_put with a leading None
+        return a.sum() + b.sum() + c.sum() + d.sum() + e.sum() + g.sum() + h.sum(), d, h, k, m
+
+    x = torch.randn(4, 6)
+    idx = torch.tensor([[0, 1], [3, 5], [2, 2], [1, 0]])
+    src = torch.randn(4)
+    i, j = torch.tensor([1, 0]), torch.tensor([3, -1])
+    before = counters()
+    got = torch.compile(f, backend="tpu")(*[t.to("tpu") for t in (x, idx, src, i, j)])
+    for a, b in zip(got, f(x, idx, src, i, j)):
+        assert_close(a.cpu(), b)
+    assert delta(before, "compile_partitioned_graphs") == 0
+
+
+def test_non_contiguous_and_offset_inputs():
+    def f(a, b):
+        return a @ b + a.sum()
+
+    base = torch.randn(6, 8)
+    a, b = base[1:5, ::2], base.t()[2:6, :3]
+    dev = base.to("tpu")
+    got = torch.compile(f, backend="tpu")(dev[1:5, ::2], dev.t()[2:6, :3])
+    assert_close(got.cpu(), f(a, b))
+
+
+def test_op_without_lowering_runs_eagerly_in_a_partition():
+    def f(x):
+        y = torch.exp(x) * 2
+        z = torch.cumsum(y, dim=0)  # no lowering: runs eagerly between two programs
+        return torch.tanh(z) + y
+
+    x = torch.randn(5, 3)
+    before = counters()
+    with pytest.warns(UserWarning, match="cumsum"):
+        got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    assert_close(got.cpu(), f(x))
+    assert delta(before, "compile_partitioned_graphs") == 1
+    assert any(k.startswith("aten::cumsum") for k in counters()["compile_eager_nodes_by_op"])
+
+
+def test_strict_mode_error_names_the_node_and_op(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_STRICT", "1")
+
+    def f(x):
+        return torch.cumsum(x + 1, dim=0)
+
+    with pytest.raises(Exception, match=r"node 'cumsum' \(aten::cumsum\)"):
+        torch.compile(f, backend="tpu")(torch.randn(4, device="tpu"))
+
+
+def test_backend_is_registered_and_device_interface():
+    from torch._dynamo.backends.registry import list_backends
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    assert "tpu" in list_backends()
+    interface = get_interface_for_device("tpu")
+    assert interface.device_count() == torch.tpu.device_count()
+    assert interface.is_available()
+    assert interface.current_device() == torch.tpu.current_device()
+
+
+def test_second_process_loads_programs_from_the_disk_cache(tmp_path):
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2)).to("tpu")
+        x = torch.randn(4, 8).to("tpu")
+        torch_tpu.metrics.reset()
+        out = torch.compile(model, backend="tpu")(x)
+        out.sum().backward()
+        m = torch_tpu.metrics()
+        print("RESULT", m["compile_programs"], m["programs_compiled"], m["disk_cache_hits"])
+    """)
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
+    results = []
+    for _ in range(2):
+        proc = run_python(code, env=env, timeout=180)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT")][0]
+        results.append([int(v) for v in line.split()[1:]])
+    (graphs1, compiled1, _), (graphs2, compiled2, disk_hits2) = results
+    assert graphs1 == graphs2 == 2  # forward and backward
+    assert compiled1 >= 2
+    assert compiled2 == 0 and disk_hits2 >= 2
