@@ -76,6 +76,17 @@ struct Ctx {
   };
   std::vector<Check> checks;
   void AddCheck(Value failed, std::string message) { checks.push_back({failed, std::move(message)}); }
+
+  // Writes into tensor arguments that an op mutates besides its results (batch norm's running
+  // stats, GradScaler's found_inf and growth tracker): argument index -> the argument's new
+  // value (its shape; converted to its dtype). Only callers that apply them set
+  // `can_write_args` (the eager kernel); elsewhere WriteArg throws Unsupported.
+  bool can_write_args = false;
+  std::vector<std::pair<size_t, Value>> arg_writes;
+  void WriteArg(size_t arg, Value v) {
+    if (!can_write_args) throw Unsupported("the op writes into an argument");
+    arg_writes.emplace_back(arg, v);
+  }
 };
 
 using LowerFn = std::vector<Value> (*)(Ctx&, const Args&);

@@ -1,0 +1,150 @@
+"""Eager modes: debug, strict and fused give the same results; fused defers and caches."""
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_tpu
+
+from conftest import assert_same
+
+
+@pytest.fixture(autouse=True)
+def restore_mode():
+    before = torch_tpu.get_eager_mode()
+    yield
+    torch_tpu.set_eager_mode(before)
+
+
+def _train(mode, steps=6):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 3))
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    with torch_tpu.eager_mode(mode):
+        m = copy.deepcopy(model).to("tpu")
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        xt, yt = x.to("tpu"), y.to("tpu")
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(xt), yt)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        params = [p.detach().cpu() for p in m.parameters()]
+    return losses, params
+
+
+def test_modes_agree_on_a_training_run():
+    ref_losses, ref_params = _train("strict")
+    for mode in ("debug", "fused"):
+        losses, params = _train(mode)
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses))
+        for a, b in zip(params, ref_params):
+            torch.testing.assert_close(a, b)
+
+
+def test_fused_defers_until_a_sync_point_and_runs_one_program():
+    a = torch.randn(4, 4, device="tpu")
+    torch.tpu.synchronize()
+    torch_tpu.set_eager_mode("fused")
+    torch_tpu.metrics.reset()
+    b = (a * 2 + 1).relu().sum(0)
+    m = torch_tpu.metrics()
+    assert m["ops_recorded"] == 4 and m["executions"] == 0  # nothing ran yet
+    host = b.cpu()
+    m = torch_tpu.metrics()
+    assert m["fused_graphs_run"] == 1 and m["fused_ops"] == 4
+    assert any(k.startswith("fused graph") for k in m["host_syncs_by_cause"])
+    torch.testing.assert_close(host, (a.cpu() * 2 + 1).relu().sum(0))
+
+
+def test_fused_graphs_are_cached_by_structure():
+    torch_tpu.set_eager_mode("fused")
+    x = torch.randn(8, device="tpu")
+    x.cpu()  # x's own graph (the random fill) runs here
+    for i in range(4):
+        y = (x * (i + 1)).exp().sum()  # a different scalar each time: a run-time parameter
+        assert abs(y.item() - (x.cpu() * (i + 1)).exp().sum().item()) < 1e-3 * abs(y.item())
+        if i == 0:
+            torch_tpu.metrics.reset()
+    m = torch_tpu.metrics()
+    assert m["fused_graphs_compiled"] == 0 and m["fused_graphs_run"] == 3
+
+
+def test_fused_in_place_and_views_see_each_other():
+    torch_tpu.set_eager_mode("fused")
+    base_c = torch.arange(12.0).reshape(3, 4)
+    base = base_c.to("tpu")
+    view, view_c = base.t()[1:3], base_c.t()[1:3]
+    view.mul_(10)
+    view_c.mul_(10)
+    other, other_c = base[:, 2], base_c[:, 2]
+    other.add_(1)
+    other_c.add_(1)
+    assert_same(base, base_c)
+    assert_same(view, view_c)
+
+
+def test_fused_shape_errors_raise_at_the_op():
+    torch_tpu.set_eager_mode("fused")
+    a, b = torch.ones(3, device="tpu"), torch.ones(4, device="tpu")
+    with pytest.raises(RuntimeError, match="must match the size"):
+        a + b
+    assert (a + 1).sum().item() == 6.0  # the graph is still usable
+
+
+def test_fused_op_limit_flushes():
+    torch_tpu.set_eager_mode("fused")
+    x = torch.zeros(2, device="tpu")
+    torch.tpu.synchronize()
+    torch_tpu.metrics.reset()
+    code = (
+        "import torch, torch_tpu\n"
+        "torch_tpu.set_eager_mode('fused')\n"
+        "x = torch.zeros(2, device='tpu')\n"
+        "for _ in range(25): x = x + 1\n"
+        "m = torch_tpu.metrics(); assert m['fused_graphs_run'] >= 2, m\n"
+        "assert x.cpu().tolist() == [25.0, 25.0]\n"
+    )
+    env = dict(os.environ, TORCH_TPU_FUSED_MAX_OPS="10")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+def test_fallback_op_is_a_sync_point():
+    torch_tpu.set_eager_mode("fused")
+    x = torch.tensor([1.0, -2.0, 3.0], device="tpu")
+    y = x * 2
+    picked = torch.masked_select(y, y > 0)  # data-dependent: needs y's values
+    assert picked.cpu().tolist() == [2.0, 6.0]
+
+
+def test_mode_context_manager_and_env():
+    torch_tpu.set_eager_mode("strict")
+    with torch_tpu.eager_mode("fused"):
+        assert torch_tpu.get_eager_mode() == "fused"
+    assert torch_tpu.get_eager_mode() == "strict"
+    with pytest.raises(ValueError, match="unknown eager mode"):
+        torch_tpu.set_eager_mode("lazy")
+    out = subprocess.run([sys.executable, "-c", "import torch, torch_tpu; print(torch_tpu.get_eager_mode())"],
+                         env=dict(os.environ, TORCH_TPU_EAGER_MODE="debug"), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "debug"
+
+
+def test_debug_mode_names_the_op_producing_nan():
+    code = (
+        "import torch, torch_tpu\n"
+        "torch_tpu.set_eager_mode('debug')\n"
+        "x = torch.tensor([1.0, -1.0], device='tpu')\n"
+        "y = x.exp()\n"
+        "try:\n"
+        "    z = y.log() * 0 + (x).sqrt()\n"
+        "except RuntimeError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    env = dict(os.environ, TORCH_TPU_CHECK_NANS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "ERR" in out.stdout and "aten::sqrt" in out.stdout, out.stdout + out.stderr
