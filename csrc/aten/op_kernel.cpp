@@ -38,6 +38,9 @@ struct OpEntry {
   size_t num_args = 0;
   size_t num_outs = 0;  // trailing out= arguments
   std::vector<int> arg_class;  // ArgClass of each schema argument
+  // A seeded op without a Generator argument (native_dropout): the default generator's state
+  // is passed to its lowering as one extra trailing argument.
+  bool implicit_rng = false;
 };
 
 enum ArgClass { kPlainArg = 0, kScalarArg, kScalarListArg, kGeneratorArg };
@@ -239,6 +242,10 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
     } else {
       k.push_back(kOther);
     }
+  }
+  if (e.implicit_rng) {
+    call.key.push_back(kGenerator);
+    call.generators.push_back(std::nullopt);
   }
 }
 
@@ -444,6 +451,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
 
   // Lowering arguments in schema order (out= arguments excluded).
   std::vector<Arg> args(num_inputs);
+  std::vector<int> arg_slot(num_inputs, -1);  // the tensor slot of each plain tensor argument
   size_t slot = 0, scalar_i = 0, gen_i = 0;
   for (size_t i = 0; i < num_inputs; ++i) {
     const c10::IValue& v = stack[first + i];
@@ -456,6 +464,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     } else if (v.isTensor()) {
       if (v.toTensor().defined()) {
         a.kind = Arg::Kind::Tensor;
+        arg_slot[i] = static_cast<int>(slot);
         a.value = slot_values[slot++];
       }
     } else if (e.arg_class[i] == kScalarArg) {
@@ -494,11 +503,53 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     }
   }
 
+  if (e.implicit_rng) {
+    args.emplace_back();
+    args.back().kind = Arg::Kind::Tensor;
+    args.back().value = rng_values.at(gen_i++);
+  }
+
+  ctx.can_write_args = true;
   std::vector<shlo::Value> results = e.fn(ctx, lowering::Args(args));
   TORCH_CHECK(results.size() == ctx.outputs.size(), "tpu: lowering of ", e.name, " returned ", results.size(),
               " results, expected ", ctx.outputs.size());
 
   std::vector<shlo::Value> outputs;
+  // Writes `result` into the storage of tensor slot `target` (outputs after the new tensors).
+  std::vector<TpuStorage*> written;
+  size_t first_write = 0;
+  auto write = [&](size_t target, const shlo::Value& result) {
+    const at::Tensor& t = call.slots[target];
+    if (call.slot_is_cpu_scalar[target]) throw lowering::Unsupported("write into a CPU tensor");
+    if (written.empty()) first_write = outputs.size();
+    shlo::Value v = lowering::CastTo(ctx, result, TypeOf(t));
+    auto g = GeometryOf(t);
+    TpuStorage* s = StorageOf(t);
+    shlo::Value updated;
+    if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
+      updated = b.Reshape(v, {g.storage_numel});
+    } else {
+      shlo::Value base = storage_value(target);
+      if (base.type.elem != v.type.elem) {
+        if (shlo::ByteSize(base.type.elem) != shlo::ByteSize(v.type.elem))
+          throw lowering::Unsupported("write into storage of another element size");
+        v = b.BitcastConvert(v, {base.type.elem, v.type.dims});
+      }
+      g.storage_numel = base.type.dims[0];
+      updated = lowering::WriteView(b, base, g, v);
+    }
+    storage_values[s] = updated;
+    for (size_t w = 0; w < written.size(); ++w) {
+      if (written[w] == s) {
+        outputs[first_write + w] = updated;
+        program->writes[w].elem = updated.type.elem;
+        return;
+      }
+    }
+    written.push_back(s);
+    outputs.push_back(updated);
+    program->writes.push_back({static_cast<int>(target), updated.type.elem});
+  };
   if (e.variant == Variant::Functional) {
     for (size_t i = 0; i < results.size(); ++i) {
       const at::Tensor& m = result_meta[i];
@@ -530,40 +581,13 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     }
     TORCH_CHECK(targets.size() == results.size(), "tpu: ", e.name, ": ", results.size(), " results for ",
                 targets.size(), " outputs");
-    std::vector<TpuStorage*> written;
-    for (size_t i = 0; i < targets.size(); ++i) {
-      const at::Tensor& t = call.slots[targets[i]];
-      shlo::Value v = lowering::CastTo(ctx, results[i], TypeOf(t));
-      auto g = GeometryOf(t);
-      TpuStorage* s = StorageOf(t);
-      shlo::Value updated;
-      if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
-        updated = b.Reshape(v, {g.storage_numel});
-      } else {
-        shlo::Value base = storage_value(targets[i]);
-        if (base.type.elem != v.type.elem) {
-          if (shlo::ByteSize(base.type.elem) != shlo::ByteSize(v.type.elem))
-            throw lowering::Unsupported("write into storage of another element size");
-          v = b.BitcastConvert(v, {base.type.elem, v.type.dims});
-        }
-        g.storage_numel = base.type.dims[0];
-        updated = lowering::WriteView(b, base, g, v);
-      }
-      storage_values[s] = updated;
-      bool found = false;
-      for (size_t w = 0; w < written.size(); ++w) {
-        if (written[w] == s) {
-          outputs[w] = updated;
-          program->writes[w].elem = updated.type.elem;
-          found = true;
-        }
-      }
-      if (!found) {
-        written.push_back(s);
-        outputs.push_back(updated);
-        program->writes.push_back({static_cast<int>(targets[i]), updated.type.elem});
-      }
-    }
+    for (size_t i = 0; i < targets.size(); ++i) write(targets[i], results[i]);
+  }
+  // Arguments the op mutates besides its results (Ctx::WriteArg).
+  for (const auto& [arg, value] : ctx.arg_writes) {
+    TORCH_CHECK(arg < arg_slot.size() && arg_slot[arg] >= 0, "tpu: ", e.name, " writes into argument ", arg,
+                ", which is not a tensor");
+    write(static_cast<size_t>(arg_slot[arg]), value);
   }
   for (const auto& check : ctx.checks) {
     outputs.push_back(b.Reshape(b.Convert(check.failed, shlo::ElemType::Pred), {}));
@@ -1165,6 +1189,9 @@ void RegisterLoweredOps() {
     entry->num_args = schema.arguments().size();
     entry->num_outs = CountOuts(schema);
     for (const auto& a : schema.arguments()) entry->arg_class.push_back(ClassOf(a));
+    entry->implicit_rng = handle->hasTag(at::Tag::nondeterministic_seeded) &&
+                          std::find(entry->arg_class.begin(), entry->arg_class.end(), kGeneratorArg) ==
+                              entry->arg_class.end();
     if (entry->num_outs > 0) {
       entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
       add(entry);

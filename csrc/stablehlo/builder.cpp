@@ -418,6 +418,34 @@ Value Builder::Scatter1D(Value operand, Value indices, Value updates) {
              region);
 }
 
+std::string Builder::Region(const std::vector<TensorType>& arg_types,
+                            const std::function<std::vector<Value>(const std::vector<Value>&)>& body) {
+  std::string outer;
+  outer.swap(body_);
+  std::vector<Value> args;
+  std::string head = "{\n    ^bb0(";
+  for (size_t i = 0; i < arg_types.size(); ++i) {
+    args.push_back({NewId(), arg_types[i]});
+    head += (i ? ", " : "") + args.back().ref() + ": " + arg_types[i].str();
+  }
+  std::vector<Value> results;
+  try {
+    results = body(args);
+  } catch (...) {
+    body_.swap(outer);
+    throw;
+  }
+  std::string inner;
+  inner.swap(body_);
+  body_.swap(outer);
+  std::string refs, types;
+  for (size_t i = 0; i < results.size(); ++i) {
+    refs += (i ? ", " : "") + results[i].ref();
+    types += (i ? ", " : "") + results[i].type.str();
+  }
+  return head + "):\n" + inner + "      \"stablehlo.return\"(" + refs + ") : (" + types + ") -> ()\n    }";
+}
+
 Value Builder::DynamicUpdateSlice(Value operand, Value update, const std::vector<int64_t>& start) {
   std::vector<Value> operands = {operand, update};
   for (int64_t s : start) operands.push_back(ConstantInt(s, {ElemType::S64, {}}));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,11 @@ class Builder {
   // 1-D scatter that overwrites operand[indices[i]] = updates[i] (rank-1 operand).
   Value Scatter1D(Value operand, Value indices, Value updates);
   Value DynamicUpdateSlice(Value operand, Value update, const std::vector<int64_t>& start);
+
+  // One region for Op's `region` argument: `body` emits ops with this builder on the block
+  // arguments (one per type) and returns the values that stablehlo.return yields.
+  std::string Region(const std::vector<TensorType>& arg_types,
+                     const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
 
   int NewId() { return next_id_++; }
 

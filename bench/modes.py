@@ -1,0 +1,162 @@
+"""Steps/s of training and decoding in the three eager modes, in one run, as ratios; cold vs
+warm start of a fresh process; peak device memory per mode. Medians of repeated timings."""
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TORCH_TPU_QUIET", "1")
+import torch  # noqa: E402
+
+import torch_tpu  # noqa: E402
+
+MODES = ("debug", "strict", "fused")
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256),
+                               torch.nn.Linear(256, 10))
+
+
+def llama_train_step(model, opt, ids):
+    opt.zero_grad()
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def mlp_train_step(model, opt, batch):
+    x, y = batch
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def steps_per_s(fn, warmup=3, steps=10, repeats=5):
+    for _ in range(warmup):
+        fn()
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        rates.append(steps / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def measure(name, build, step, batch):
+    results = {}
+    for mode in MODES:
+        with torch_tpu.eager_mode(mode):
+            model = copy.deepcopy(build).to("tpu").train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            b = tuple(t.to("tpu") for t in batch) if isinstance(batch, tuple) else batch.to("tpu")
+            torch.tpu.reset_peak_memory_stats()
+            rate = steps_per_s(lambda: step(model, opt, b))
+            results[mode] = {"steps_per_s": rate, "peak_bytes": torch.tpu.max_memory_allocated()}
+    return results
+
+
+def decode_step_rate(model_cpu):
+    """One-token decode steps with a StaticCache: shapes stay fixed, so programs are reused."""
+    from transformers import StaticCache
+
+    results = {}
+    for mode in MODES:
+        with torch_tpu.eager_mode(mode):
+            model = copy.deepcopy(model_cpu).to("tpu")
+            ids = torch.tensor([[1, 2, 3, 4]], device="tpu")
+            with torch.no_grad():
+                cache = StaticCache(config=model.config, max_cache_len=64)
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                            cache_position=torch.arange(4, device="tpu"))
+                token = out.logits[:, -1:].argmax(-1)
+                position = 4
+
+                def step():
+                    nonlocal token, position
+                    if position >= 60:  # wrap around: the cache is fixed-size
+                        position = 4
+                    o = model(input_ids=token, past_key_values=cache, use_cache=True,
+                              cache_position=torch.tensor([position], device="tpu"))
+                    token = o.logits[:, -1:].argmax(-1)
+                    token.cpu()
+                    position += 1
+
+                results[mode] = {"steps_per_s": steps_per_s(step, warmup=2, steps=8, repeats=3)}
+    return results
+
+
+COLD_WARM_CHILD = r"""
+import time, torch, torch_tpu, json, sys
+sys.path.insert(0, {bench!r})
+from modes import mlp, mlp_train_step
+torch.manual_seed(0)
+m = mlp().to("tpu"); opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+b = (torch.randn(32, 64).to("tpu"), torch.randint(0, 10, (32,)).to("tpu"))
+start = time.perf_counter(); mlp_train_step(m, opt, b); first = time.perf_counter() - start
+print(json.dumps({{"first_step_s": first, "compiled": torch_tpu.metrics()["programs_compiled"],
+                  "disk_hits": torch_tpu.metrics()["disk_cache_hits"]}}))
+"""
+
+
+def cold_warm():
+    code = COLD_WARM_CHILD.format(bench=os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, TORCH_TPU_QUIET="1")
+        runs = [json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                          check=True).stdout.strip().splitlines()[-1]) for _ in range(3)]
+    return runs[0], runs[1:]
+
+
+def main():
+    print(f"platform: {torch.tpu.get_device_name()}")
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    only = set(sys.argv[1:])
+    table = {}
+    if not only or "mlp" in only:
+        table["mlp train step"] = measure("mlp", mlp(), mlp_train_step, (x, y))
+    try:
+        llama = tiny_llama()
+        ids = torch.randint(0, 128, (2, 16))
+        if not only or "train" in only:
+            table["tiny llama train step"] = measure("llama", llama, llama_train_step, ids)
+        if not only or "decode" in only:
+            table["tiny llama decode step"] = decode_step_rate(llama)
+    except ImportError:
+        print("transformers is not installed: llama rows skipped")
+    print(f"{'workload':26s} {'debug':>9s} {'strict':>9s} {'fused':>9s} {'fused/strict':>13s}  steps/s")
+    for name, r in table.items():
+        rates = [r[m]["steps_per_s"] for m in MODES]
+        print(f"{name:26s} {rates[0]:9.1f} {rates[1]:9.1f} {rates[2]:9.1f} {rates[2] / rates[1]:12.2f}x")
+    for name, r in table.items():
+        if "peak_bytes" in r["strict"]:
+            print(f"peak device memory, {name}: " + ", ".join(f"{m} {r[m]['peak_bytes'] / 2**20:.2f} MiB" for m in MODES))
+    if only and "coldwarm" not in only:
+        return
+    cold, warm = cold_warm()
+    warm_s = statistics.median(w["first_step_s"] for w in warm)
+    print(f"first mlp train step in a fresh process: cold cache {cold['first_step_s']:.2f} s "
+          f"({cold['compiled']} compiles), warm cache {warm_s:.2f} s ({warm[0]['disk_hits']} disk hits): "
+          f"{cold['first_step_s'] / warm_s:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+// Lowerings that torch.compile graphs need beyond eager's table: views as values
+// (csrc/lowering/view_ops.cpp), copies, factories and indexing (graph_ops.cpp), and
+// convolution (conv.cpp, shared with eager). Each program runs on the plugin and is checked
+// against numbers computed here on the host.
+#include <algorithm>
+
+#include "lowering/lowering.h"
+#include "test_util.h"
+
+namespace tpu::test {
+namespace {
+
+using lowering::Arg;
+using shlo::ElemType;
+using shlo::TensorType;
+using shlo::Value;
+
+class Call {
+ public:
+  Arg Tensor(const HostTensor& h) {
+    Arg a;
+    a.kind = Arg::Kind::Tensor;
+    a.value = b_.Param(h.type);
+    inputs_.push_back(h);
+    return a;
+  }
+  Arg Tensors(const std::vector<HostTensor>& hs, const std::vector<bool>& present) {
+    Arg a;
+    a.kind = Arg::Kind::TensorList;
+    size_t next = 0;
+    for (bool p : present) a.values.push_back(p ? Tensor(hs[next++]).value : Value{});
+    return a;
+  }
+  static Arg Int(int64_t v) {
+    Arg a;
+    a.kind = Arg::Kind::Int;
+    a.i = v;
+    return a;
+  }
+  static Arg Bool(bool v) {
+    Arg a;
+    a.kind = Arg::Kind::Bool;
+    a.b = v;
+    return a;
+  }
+  static Arg Ints(std::vector<int64_t> v, Arg::Kind kind = Arg::Kind::IntList) {
+    Arg a;
+    a.kind = kind;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Arg None() { return Arg{}; }
+
+  std::vector<HostTensor> Lower(const std::string& op, const std::vector<Arg>& args,
+                                const std::vector<TensorType>& outputs) {
+    lowering::LowerFn fn = lowering::Find(op);
+    EXPECT_NE(fn, nullptr) << op;
+    if (!fn) return {};
+    lowering::Ctx ctx{b_, outputs, outputs[0].elem};
+    std::vector<Value> results = fn(ctx, lowering::Args(args));
+    EXPECT_EQ(results.size(), outputs.size());
+    for (size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].type, outputs[i]) << op;
+    return RunModule(b_, results, inputs_);
+  }
+
+ private:
+  shlo::Builder b_;
+  std::vector<HostTensor> inputs_;
+};
+
+std::vector<float> Iota(int64_t n) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+  return v;
+}
+
+TEST(GraphLowering, ViewOpsAreGraphOnly) {
+  std::vector<std::string> eager = lowering::RegisteredOps(), graph = lowering::GraphOnlyOps();
+  for (const char* op : {"aten::view", "aten::permute", "aten::expand", "aten::slice.Tensor", "aten::select.int",
+                         "aten::_to_copy", "aten::clone", "aten::full", "aten::gather", "aten::index_put"}) {
+    EXPECT_NE(lowering::Find(op), nullptr) << op;
+    EXPECT_EQ(std::count(eager.begin(), eager.end(), op), 0) << op << " must not get an eager kernel";
+    EXPECT_EQ(std::count(graph.begin(), graph.end(), op), 1) << op;
+  }
+  EXPECT_EQ(std::count(eager.begin(), eager.end(), "aten::convolution"), 1);
+}
+
+// x[1:4:2, ::-] of a 4x3 array, then permuted and expanded.
+TEST(GraphLowering, SlicePermuteExpand) {
+  Call call;
+  Arg x = call.Tensor(HostTensor::Of<float>(Iota(12), {4, 3}));
+  auto sliced = call.Lower("aten::slice.Tensor", {x, Call::Int(0), Call::Int(1), Call::Int(100), Call::Int(2)},
+                           {{ElemType::F32, {2, 3}}});
+  EXPECT_EQ(sliced[0].As<float>(), (std::vector<float>{3, 4, 5, 9, 10, 11}));
+
+  Call c2;
+  Arg y = c2.Tensor(HostTensor::Of<float>(Iota(6), {2, 3}));
+  auto permuted = c2.Lower("aten::permute", {y, Call::Ints({-1, 0})}, {{ElemType::F32, {3, 2}}});
+  EXPECT_EQ(permuted[0].As<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+
+  Call c3;
+  Arg z = c3.Tensor(HostTensor::Of<float>({1, 2}, {2, 1}));
+  auto expanded = c3.Lower("aten::expand", {z, Call::Ints({2, 2, 3}), Call::Bool(false)}, {{ElemType::F32, {2, 2, 3}}});
+  EXPECT_EQ(expanded[0].As<float>(), (std::vector<float>{1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2}));
+
+  Call c4;
+  Arg w = c4.Tensor(HostTensor::Of<float>(Iota(12), {3, 4}));
+  auto selected = c4.Lower("aten::select.int", {w, Call::Int(1), Call::Int(-1)}, {{ElemType::F32, {3}}});
+  EXPECT_EQ(selected[0].As<float>(), (std::vector<float>{3, 7, 11}));
+}
+
+// gather(x, 1, index) and index_put(x, [rows, cols], v, accumulate) with repeated and negative indices.
+TEST(GraphLowering, GatherAndIndexPut) {
+  Call call;
+  Arg x = call.Tensor(HostTensor::Of<float>(Iota(6), {2, 3}));
+  Arg idx = call.Tensor(HostTensor::Of<int64_t>({2, 0, 1, 1}, {2, 2}));
+  auto g = call.Lower("aten::gather", {x, Call::Int(1), idx, Call::Bool(false)}, {{ElemType::F32, {2, 2}}});
+  EXPECT_EQ(g[0].As<float>(), (std::vector<float>{2, 0, 4, 4}));
+
+  Call c2;
+  Arg y = c2.Tensor(HostTensor::Of<float>(std::vector<float>(6, 0), {2, 3}));
+  Arg list = c2.Tensors({HostTensor::Of<int64_t>({0, 0, -1}, {3}), HostTensor::Of<int64_t>({1, 1, 2}, {3})},
+                        {true, true});
+  Arg v = c2.Tensor(HostTensor::Of<float>({1, 2, 3}, {3}));
+  auto put = c2.Lower("aten::index_put", {y, list, v, Call::Bool(true)}, {{ElemType::F32, {2, 3}}});
+  EXPECT_EQ(put[0].As<float>(), (std::vector<float>{0, 3, 0, 0, 0, 3}));
+}
+
+// slice_scatter with a step puts src at every other position.
+TEST(GraphLowering, StridedSliceScatter) {
+  Call call;
+  Arg x = call.Tensor(HostTensor::Of<float>(std::vector<float>(5, 0), {5}));
+  Arg src = call.Tensor(HostTensor::Of<float>({7, 8}, {2}));
+  auto r = call.Lower("aten::slice_scatter", {x, src, Call::Int(0), Call::Int(1), Call::None(), Call::Int(2)},
+                      {{ElemType::F32, {5}}});
+  EXPECT_EQ(r[0].As<float>(), (std::vector<float>{0, 7, 0, 8, 0}));
+}
+
+// A strided, padded 1-D convolution and its gradients against direct sums.
+TEST(GraphLowering, Conv1dAndGradients) {
+  const int64_t n = 1, cin = 2, cout = 3, len = 5, k = 3, stride = 2, pad = 1;
+  const int64_t out_len = (len + 2 * pad - k) / stride + 1;
+  std::vector<float> x(n * cin * len), w(cout * cin * k), dy(n * cout * out_len);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * static_cast<float>(i) - 2;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 7) % 5) - 2;
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i % 3) + 1;
+  auto X = [&](int64_t c, int64_t p) { return p < 0 || p >= len ? 0.f : x[c * len + p]; };
+  std::vector<float> y(cout * out_len, 0), dx(cin * len, 0), dw(w.size(), 0);
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t t = 0; t < out_len; ++t)
+      for (int64_t c = 0; c < cin; ++c)
+        for (int64_t j = 0; j < k; ++j) {
+          int64_t p = t * stride + j - pad;
+          y[o * out_len + t] += w[(o * cin + c) * k + j] * X(c, p);
+          if (p >= 0 && p < len) dx[c * len + p] += w[(o * cin + c) * k + j] * dy[o * out_len + t];
+          dw[(o * cin + c) * k + j] += X(c, p) * dy[o * out_len + t];
+        }
+  std::vector<Arg> params = {Call::Ints({stride}), Call::Ints({pad}), Call::Ints({1}), Call::Bool(false),
+                             Call::Ints({0}), Call::Int(1)};
+  Call fwd;
+  std::vector<Arg> args = {fwd.Tensor(HostTensor::Of<float>(x, {n, cin, len})),
+                           fwd.Tensor(HostTensor::Of<float>(w, {cout, cin, k})), Call::None()};
+  args.insert(args.end(), params.begin(), params.end());
+  EXPECT_EQ(fwd.Lower("aten::convolution", args, {{ElemType::F32, {n, cout, out_len}}})[0].As<float>(), y);
+
+  Call bwd;
+  std::vector<Arg> bargs = {bwd.Tensor(HostTensor::Of<float>(dy, {n, cout, out_len})),
+                            bwd.Tensor(HostTensor::Of<float>(x, {n, cin, len})),
+                            bwd.Tensor(HostTensor::Of<float>(w, {cout, cin, k})), Call::Ints({cout})};
+  bargs.insert(bargs.end(), params.begin(), params.end());
+  bargs.push_back(Call::Ints({1, 1, 1}, Arg::Kind::BoolList));
+  auto grads = bwd.Lower("aten::convolution_backward", bargs,
+                         {{ElemType::F32, {n, cin, len}}, {ElemType::F32, {cout, cin, k}}, {ElemType::F32, {cout}}});
+  EXPECT_EQ(grads[0].As<float>(), dx);
+  EXPECT_EQ(grads[1].As<float>(), dw);
+  std::vector<float> db(cout, 0);
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t t = 0; t < out_len; ++t) db[o] += dy[o * out_len + t];
+  EXPECT_EQ(grads[2].As<float>(), db);
+}
+
+}  // namespace
+}  // namespace tpu::test
