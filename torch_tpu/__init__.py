@@ -3,6 +3,7 @@
 `import torch` autoloads this package (the `torch.backends` entry point); then
 `torch.device("tpu")` runs PyTorch eagerly through a PJRT plugin.
 """
+import atexit
 import os
 
 
@@ -40,6 +41,19 @@ from .modes import eager_mode, get_eager_mode, set_eager_mode  # noqa: E402
 from . import modes as _modes  # noqa: E402
 
 _modes._init_from_env()
+
+
+def _drain_at_exit():
+    # Programs still running when the interpreter exits would outlive the PJRT client's
+    # threads (an abort at exit): wait for them first.
+    if _C._initialized():
+        try:
+            _C._synchronize(-1)
+        except Exception:  # noqa: BLE001 - exiting anyway; the error was or will be reported
+            pass
+
+
+atexit.register(_drain_at_exit)
 
 
 def native_ops():

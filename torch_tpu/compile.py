@@ -84,6 +84,14 @@ def _tensor_type(val):
     return (val.dtype, _static(val.shape), _static(val.stride()))
 
 
+def _element_type(val):
+    """_tensor_type of one result of a multi-result op; ints there (sizes the op reports) are
+    not values of the program."""
+    if isinstance(val, (int, float, bool, torch.SymInt)):
+        return None
+    return _tensor_type(val)
+
+
 def _is_cpu_scalar(val):
     return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() == 0
 
@@ -244,7 +252,8 @@ class _Describer:
         hosted = self.hostable(node, val if multi else [val])
         try:
             op = _op_name(node.target)
-            types = [_hosted_type(v) if hosted else _tensor_type(v) for v in (val if multi else [val])]
+            types = [_hosted_type(v) if hosted else _element_type(v) if multi else _tensor_type(v)
+                     for v in (val if multi else [val])]
             if node.target is torch.ops.aten.copy_.default:
                 target = node.args[0]
                 if target.op != "placeholder":
@@ -301,7 +310,10 @@ class _Describer:
             if node.op == "placeholder":
                 index = self.placeholders.index(node)
                 mutated = index in self.copy_targets.values()
-                if self.inputs[index] is not None and len(self.inputs[index]) == 3 and not mutated:
+                t = self.inputs[index]
+                # Only a dense input is sure to have its FX strides at run time (graph.cpp lays
+                # out non-dense results contiguously), which the replayed views rely on.
+                if t is not None and len(t) == 3 and _is_dense(t[1], t[2]) and not mutated:
                     return node, chain[::-1]
                 return None
         return None

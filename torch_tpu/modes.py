@@ -37,7 +37,28 @@ def eager_mode(mode):
         set_eager_mode(previous)
 
 
+def _install_backward_sync_point():
+    """The end of backward() runs the open fused graph (without waiting for it), so a graph
+    holds one forward+backward and the optimizer step starts a new one."""
+    import torch
+
+    original = torch.autograd.backward
+    if getattr(original, "_torch_tpu_wrapped", False):
+        return
+
+    def backward(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if _C._get_eager_mode() == "fused":
+            _C._run_pending_graph("end of backward")
+        return result
+
+    backward._torch_tpu_wrapped = True
+    backward.__doc__ = original.__doc__
+    torch.autograd.backward = backward
+
+
 def _init_from_env():
+    _install_backward_sync_point()
     mode = os.environ.get("TORCH_TPU_EAGER_MODE")
     if mode:
         set_eager_mode(mode)

@@ -11,7 +11,10 @@ Tolerances are PyTorch's for the dtype (torch.testing.assert_close defaults), wi
 toleranceOverride decorators PyTorch's own OpInfo tests apply to that op and dtype.
 
     python -m torch_tpu.opcheck [--ops add,mul] [--dtypes float32,bfloat16] [--grad]
-                                [--workers 2] [--json out.json]
+                                [--workers 2] [--json out.json] [--check-known]
+
+tests/opinfo_known_failures.txt lists the entries known not to run natively, with reasons;
+--check-known reports unlisted failures and listed entries that now pass.
 """
 import argparse
 import json
@@ -50,6 +53,47 @@ _UNCOMPARABLE_PREFIXES = (
 # Ops that take index tensors on the CPU whatever the device of self (as on CUDA): only the
 # sample's input moves to tpu.
 _CPU_ARGS = {"tensor_split"}
+
+
+# Ops whose index outputs are implementation-defined among equal values (PyTorch's CPU
+# kernels use unstable selection): (position of `dim`, position of `keepdim`) in the sample
+# args. Their indices are compared through the input values they point at.
+_TIE_INDEX_OPS = {"sort": (0, None), "argsort": (0, None), "topk": (1, None), "kthvalue": (1, 2), "mode": (0, 1),
+                  "median": (0, 1), "nanmedian": (0, 1)}
+
+
+def _resolve_ties(op, sample, result):
+    """The result with index outputs replaced by the input values they select."""
+    spec = _TIE_INDEX_OPS.get(op.name)
+    if spec is None or not isinstance(sample.input, torch.Tensor):
+        return result
+    args, kwargs = sample.args, sample.kwargs
+
+    def arg(pos, name, default):
+        if name in kwargs:
+            return kwargs[name]
+        return args[pos] if pos is not None and pos < len(args) else default
+
+    default_dim = None if op.name in ("median", "nanmedian") else -1
+    dim = arg(spec[0], "dim", default_dim)
+    keepdim = arg(spec[1], "keepdim", False)
+    if dim is None:
+        return result
+    x = sample.input.detach()
+
+    def values_at(idx):
+        idx, src = idx.detach().cpu(), x.cpu()
+        if src.dim() == 0:
+            return src.expand_as(idx).clone()
+        i = idx if (keepdim or op.name in ("sort", "argsort", "topk")) else idx.unsqueeze(dim)
+        v = torch.take_along_dim(src, i, dim)
+        return v if (keepdim or op.name in ("sort", "argsort", "topk")) else v.squeeze(dim)
+
+    if isinstance(result, torch.Tensor):
+        return values_at(result) if result.dtype == torch.int64 else result
+    if isinstance(result, (tuple, list)) and len(result) == 2 and result[1].dtype == torch.int64:
+        return (result[0], values_at(result[1]))
+    return result
 
 
 def _uncomparable(op):
@@ -178,7 +222,7 @@ def check_function(op, sample, tol, grad, values):
         return None
     actual, targs, tkwargs = _run(op, sample, "tpu", op.name in _CPU_ARGS)
     expected, actual = _process(sample, expected), _process(sample, actual)
-    _compare(actual, expected, tol, values)
+    _compare(_resolve_ties(op, sample, actual), _resolve_ties(op, sample, expected), tol, values)
     if grad and values:
         outs_c = [t for t in _tensors(expected) if t.requires_grad and t.dtype.is_floating_point]
         outs_t = [t for t in _tensors(actual) if t.requires_grad and t.dtype.is_floating_point]
@@ -208,6 +252,8 @@ def check_inplace(op, sample, tol, values):
         expected = fn(cpu_self, *sample.args, **sample.kwargs)
     except Exception:
         return None
+    if cpu_self.shape != sample.input.shape:
+        return None  # the CPU kernel resized self (addbmm_ and friends): not an in-place sample
     tpu_self = sample.input.detach().to("tpu")
     args = sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")
     actual = fn(tpu_self, *args, **_to(sample.kwargs, "tpu"))
@@ -237,7 +283,7 @@ def check_out(op, sample, tol, values):
         return None
     args = (_to(sample.input, "tpu"), *(sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")))
     op(*args, **_to(sample.kwargs, "tpu"), out=out_t)
-    _compare(out_t, out_c, tol, values)
+    _compare(_resolve_ties(op, sample, out_t), _resolve_ties(op, sample, out_c), tol, values)
     return True
 
 
@@ -287,6 +333,39 @@ def check_op(op, dtype, max_samples, grad, timeout, variants=("function", "inpla
     result["seconds"] = round(time.time() - start, 3)
     result["compile_s"] = round(m1["compile_time_s"] - m0["compile_time_s"], 3)
     return result
+
+
+# ---- known failures ----
+
+KNOWN_FAILURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                              "opinfo_known_failures.txt")
+
+
+def load_known_failures(path=KNOWN_FAILURES):
+    """{(op, dtype, kind): reason} from the known-failures file: one entry a line,
+    `op dtype kind | reason` (kind is forward or grad; `*` as dtype matches every dtype)."""
+    known = {}
+    if not os.path.exists(path):
+        return known
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            head, sep, reason = line.partition("|")
+            fields = head.split()
+            if not sep or len(fields) != 3 or not reason.strip():
+                raise ValueError(f"{path}:{n}: expected 'op dtype kind | reason', got {line!r}")
+            known[tuple(fields)] = reason.strip()
+    return known
+
+
+def known_reason(known, r):
+    for dtype in (r["dtype"], "*"):
+        reason = known.get((r["op"], dtype, r["kind"]))
+        if reason:
+            return reason
+    return None
 
 
 def select_ops(ops=None):
@@ -369,6 +448,20 @@ def _run_workers(argv, workers):
     return results
 
 
+def check_known(results, known, file=sys.stdout):
+    """Prints entries that are not native but not listed, and listed entries that now pass.
+    Returns the number of such discrepancies."""
+    unexpected = [r for r in results if r["status"] in ("fail", "fallback") and not known_reason(known, r)]
+    fixed = [r for r in results if r["status"] == "native" and known_reason(known, r)]
+    for r in unexpected:
+        detail = r["error"] or "fell back: " + ", ".join(r["fallback_ops"])
+        print(f"UNEXPECTED {r['op']} {r['dtype']} {r['kind']}: {r['status']}: {detail}", file=file)
+    for r in fixed:
+        print(f"NOW PASSES {r['op']} {r['dtype']} {r['kind']}: remove it from {KNOWN_FAILURES}", file=file)
+    print(f"{len(unexpected)} unexpected failures, {len(fixed)} listed failures that now pass", file=file)
+    return len(unexpected) + len(fixed)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", help="comma-separated OpInfo names (default: all)")
@@ -381,6 +474,8 @@ def main(argv=None):
     p.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write every result to this file")
+    p.add_argument("--check-known", action="store_true",
+                   help="compare with tests/opinfo_known_failures.txt; exit 1 on any discrepancy")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     start = time.time()
@@ -392,8 +487,8 @@ def main(argv=None):
             if skip:
                 skip = False
                 continue
-            if x in ("--workers", "--json"):
-                skip = True
+            if x in ("--workers", "--json", "--check-known"):
+                skip = x != "--check-known"
                 continue
             if x.startswith(("--workers=", "--json=")):
                 continue
@@ -412,6 +507,8 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": results, "wall_s": wall}, f, indent=1)
+    if a.check_known and not a.quiet:
+        return 1 if check_known(results, load_known_failures()) else 0
     return 0
 
 

@@ -221,6 +221,8 @@ class Graph {
         continue;
       }
       TpuStorage* s = StorageOf(t);
+      // A value the open fused graph (eager "fused" mode) computes is needed now.
+      if (s->pending) runtime::FlushPending("compiled graph input");
       int64_t alias = -1;
       for (size_t j = 0; j < storages.size(); ++j)
         if (storages[j] == s) alias = static_cast<int64_t>(j);
@@ -379,9 +381,10 @@ class Graph {
     for (const GArg& g : node.args) has_tensor |= g.kind == kTensorArg || g.kind == kTensorsArg;
     if (common != at::ScalarType::Undefined && IsSupportedDtype(common)) ctx.common = ToElemType(common);
     // Scalars enter as constants of the promoted type, as eager feeds them at run time;
-    // factories (no tensor operands) take the output's type so no precision is lost.
+    // factories (no tensor operands) take the output's (computation) type: no early rounding.
     auto scalar_elem = [&](const c10::Scalar& s) {
-      if (!has_tensor && !ctx.outputs.empty() && node.outs[0].defined) return ctx.outputs[0].elem;
+      if (!has_tensor && !ctx.outputs.empty() && node.outs[0].defined)
+        return lowering::AccumulatorType(ctx.outputs[0].elem);
       if (common != at::ScalarType::Undefined && IsSupportedDtype(common)) return ToElemType(common);
       return ToElemType(s.type());
     };

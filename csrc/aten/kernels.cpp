@@ -539,34 +539,9 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
-// Autocast on tpu: CUDA's op lists and policies (matmuls and convolutions in the lower
-// precision, numerically sensitive ops in f32); ops without a policy fall through.
+// Autocast on tpu: ops without a policy fall through.
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
-namespace autocast_policies {
-using at::IntArrayRef;
-using at::Scalar;
-using at::ScalarType;
-using at::Tensor;
-
-TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
-#define TPU_AUTOCAST_LOWER_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
-#define TPU_AUTOCAST_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
-#define TPU_AUTOCAST_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
-#define TPU_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
-#define TPU_AUTOCAST_REDISPATCH(FUNC, NAME, SIGNATURE, REDISPATCH_SIGNATURE, POLICY) \
-  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(FUNC, NAME, SIGNATURE, REDISPATCH_SIGNATURE, POLICY)
-  AT_FORALL_LOWER_PRECISION_FP(TPU_AUTOCAST_LOWER_PRECISION)
-  AT_FORALL_FP32(TPU_AUTOCAST_FP32)
-  AT_FORALL_FP32_SET_OPT_DTYPE(TPU_AUTOCAST_FP32_SET_OPT_DTYPE)
-  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(TPU_AUTOCAST_REDISPATCH)
-  AT_FORALL_PROMOTE(TPU_AUTOCAST_PROMOTE)
-#undef TPU_AUTOCAST_LOWER_PRECISION
-#undef TPU_AUTOCAST_FP32
-#undef TPU_AUTOCAST_FP32_SET_OPT_DTYPE
-#undef TPU_AUTOCAST_PROMOTE
-#undef TPU_AUTOCAST_REDISPATCH
-}
-}  // namespace autocast_policies
+// The policy list (which ops autocast to which precision) is in autocast.cpp.
 
 }  // namespace tpu::aten

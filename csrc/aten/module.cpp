@@ -46,6 +46,8 @@ py::dict MetricsDict() {
   d["device_to_host_bytes"] = m.device_to_host_bytes.load();
   d["host_syncs"] = m.host_syncs.load();
   d["host_syncs_by_cause"] = m.syncs();
+  d["recompilations"] = m.recompilations.load();
+  d["recompile_reasons"] = m.recompiles();
   d["cpu_fallbacks"] = m.fallback_total.load();
   d["cpu_fallbacks_by_op"] = m.fallbacks();
   return d;
@@ -115,6 +117,7 @@ PYBIND11_MODULE(_C, m) {
       default: return std::string("strict");
     }
   });
+  m.def("_run_pending_graph", [](const std::string& cause) { aten::RunPendingGraph(cause.c_str()); });
   m.def("_sync_point", [](const std::string& cause) { aten::SyncPoint(cause.c_str()); });
   m.def("_cache_dir", [] { return runtime::Runtime::Get().cache_dir(); });
   m.def("_cache_root", &runtime::DiskCacheRoot);

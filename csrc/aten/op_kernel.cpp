@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -41,6 +42,15 @@ struct OpEntry {
   // A seeded op without a Generator argument (native_dropout): the default generator's state
   // is passed to its lowering as one extra trailing argument.
   bool implicit_rng = false;
+  // What the last signature miss looked like, argument by argument: a new miss of the same
+  // op is a recompilation, reported with the argument that changed.
+  struct MissLog {
+    std::mutex mu;
+    std::vector<std::string> last;
+    MissLog() = default;
+    MissLog(const MissLog&) {}  // each derived variant keeps its own log
+    MissLog& operator=(const MissLog&) { return *this; }
+  } misses;
 };
 
 enum ArgClass { kPlainArg = 0, kScalarArg, kScalarListArg, kGeneratorArg };
@@ -364,7 +374,10 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     program->returns_list = !fm.empty() && fm[0].isTensorList();
     result_meta = TensorsOf(fm);
   } else if (e.variant == Variant::Inplace) {
-    result_meta.push_back(variant_meta[0].toTensor());
+    // The op's result, or (ops returning nothing, like _amp_foreach_non_finite_check_and_unscale_)
+    // the types of the self tensors it writes.
+    if (!variant_meta.empty() && variant_meta[0].isTensor()) result_meta.push_back(variant_meta[0].toTensor());
+    else result_meta = TensorsOf({variant_args[0]});
   } else {
     for (size_t i = num_inputs; i < e.num_args; ++i) result_meta.push_back(variant_args[i].toTensor());
   }
@@ -1037,6 +1050,48 @@ bool ResizeOuts(const OpEntry& e, torch::jit::Stack* stack, size_t first) {
   return changed;
 }
 
+std::string Describe(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return "None";
+    std::ostringstream s;
+    s << c10::toString(t.scalar_type()) << t.sizes() << " strides " << t.strides() << " offset " << t.storage_offset()
+      << (t.device().type() == kTpu ? "" : " on " + t.device().str());
+    return s.str();
+  }
+  if (v.isScalar()) return std::string("Scalar ") + v.tagKind();
+  if (v.isTensorList()) {
+    std::string s = "[";
+    for (const at::Tensor& t : v.toTensorList()) s += Describe(t) + "; ";
+    return s + "]";
+  }
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Counts a signature miss of an op seen before as a recompilation, with its reason.
+void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first) {
+  std::vector<std::string> now;
+  for (size_t i = 0; i < e.num_args; ++i) now.push_back(Describe(stack[first + i]));
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(e.misses.mu);
+    if (!e.misses.last.empty()) {
+      const auto& args = e.op->schema().arguments();
+      for (size_t i = 0; i < now.size() && i < e.misses.last.size(); ++i) {
+        if (now[i] != e.misses.last[i]) {
+          reason = e.name + ": argument '" + args[i].name() + "' changed from " + e.misses.last[i] + " to " + now[i];
+          break;
+        }
+      }
+      if (reason.empty()) reason = e.name + ": storage layout or value type changed";
+    }
+    e.misses.last = std::move(now);
+  }
+  if (!reason.empty()) GetMetrics().CountRecompile(reason);
+}
+
 class GenericKernel final : public c10::OperatorKernel {
  public:
   explicit GenericKernel(std::shared_ptr<OpEntry> entry) : e_(std::move(entry)) {}
@@ -1056,6 +1111,7 @@ class GenericKernel final : public c10::OperatorKernel {
       GetMetrics().signature_hits++;
     } else {
       GetMetrics().signature_misses++;
+      NoteRecompile(*e_, *stack, first);
       if (e_->variant == Variant::Out && e_->num_outs > 0 && ResizeOuts(*e_, stack, first)) {
         return (*this)(op, {}, stack);  // out= tensors changed shape: new signature
       }
@@ -1131,6 +1187,8 @@ void SetEagerMode(EagerMode mode) {
 
 EagerMode GetEagerMode() { return static_cast<EagerMode>(g_mode.load()); }
 
+void RunPendingGraph(const char* cause) { FlushGraph(cause); }
+
 void SyncPoint(const char* cause) {
   FlushGraph(cause);
   VerifyChecks();
@@ -1150,6 +1208,19 @@ void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   GetMetrics().CountFallback(name);
+  // PyTorch's cpu_fallback moves Tensor and Tensor[] arguments but not Tensor?[] (index_put's
+  // indices): move those here; they are read-only inputs.
+  const size_t num_args = op.schema().arguments().size();
+  for (size_t i = stack->size() - num_args; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isOptionalTensorList()) continue;
+    c10::List<std::optional<at::Tensor>> moved;
+    for (const c10::IValue& item : v.toListRef()) {
+      if (item.isNone() || !item.toTensor().defined()) moved.push_back(std::nullopt);
+      else moved.push_back(item.toTensor().cpu());
+    }
+    v = moved;
+  }
   at::native::cpu_fallback(op, stack, false, c10::DispatchKey::CPU);
 }
 
@@ -1228,6 +1299,12 @@ void RegisterLoweredOps() {
       if (!SameInputs(schema, oh->schema(), entry->num_args)) continue;
       std::string other_name = other.name + "." + other.overload_name;
       if (lowering::Find(other_name)) continue;
+      // The generic kernel validates and resizes out= tensors through the variant's Meta kernel;
+      // without one (_native_batch_norm_legit.out) the variant keeps the CPU fallback.
+      if (!oh->hasKernelForDispatchKey(c10::DispatchKey::Meta) &&
+          !oh->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+          !oh->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+        continue;
       auto oe = std::make_shared<OpEntry>(*entry);
       oe->name = other_name;
       oe->variant = Variant::Out;

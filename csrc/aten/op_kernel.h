@@ -13,6 +13,8 @@ void SetEagerMode(EagerMode mode);
 EagerMode GetEagerMode();
 // A synchronisation point: runs the open fused graph and raises deferred device-side asserts.
 void SyncPoint(const char* cause);
+// Starts the open fused graph (asynchronously; the host does not wait).
+void RunPendingGraph(const char* cause);
 
 // Registers the generic boxed kernel for every op in the lowering table, plus the in-place
 // and out= variants derived from each functional op. Call once, after static initialisers.

@@ -53,9 +53,11 @@ Value Convolution(Ctx& ctx, Value lhs, Value rhs, const ConvSpec& s, const Tenso
     return Layout(std::string(1, two[0]).c_str(), std::string(1, two[1]).c_str(), n);
   };
   std::string pad;
-  for (const auto& [lo, hi] : s.padding) pad += std::string(pad.empty() ? "" : ", ") + "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  for (const auto& [lo, hi] : s.padding)
+    pad += std::string(pad.empty() ? "" : ", ") + "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   std::string precision = lhs.type.elem == ElemType::F32 || lhs.type.elem == ElemType::F64 ? "HIGHEST" : "DEFAULT";
-  std::string attrs = "batch_group_count = " + std::to_string(s.batch_groups) + " : i64, dimension_numbers = #stablehlo.conv<" +
+  std::string attrs = "batch_group_count = " + std::to_string(s.batch_groups) +
+                      " : i64, dimension_numbers = #stablehlo.conv<" +
                       layout(s.lhs) + "x" + layout(s.rhs) + "->" + layout(s.out) +
                       ">, feature_group_count = " + std::to_string(s.feature_groups) +
                       " : i64, lhs_dilation = " + shlo::DenseI64(s.lhs_dilation) + ", padding = dense<[" + pad +
@@ -114,7 +116,8 @@ Value InputGrad(Ctx& ctx, Value dy, Value w, const ConvParams& p, const TensorTy
   return Convolution(ctx, dy, Reverse(ctx, SwapGroupedFeatures(ctx, w, p.groups), 2), s, result);
 }
 
-// The transpose of Forward with respect to w: dw[o, i, k] = sum_n,pos dy[n, o, pos] * x[n, i, pos * stride + k * dilation - pad].
+// The transpose of Forward with respect to w:
+// dw[o, i, k] = sum over n, pos of dy[n, o, pos] * x[n, i, pos * stride + k * dilation - pad].
 Value WeightGrad(Ctx& ctx, Value x, Value dy, const ConvParams& p, const TensorType& result) {
   std::vector<int64_t> k(result.dims.begin() + 2, result.dims.end()), out = Spatial(dy), in = Spatial(x);
   ConvSpec s;
@@ -170,13 +173,15 @@ std::vector<Value> LowerConvolutionBackward(Ctx& ctx, const Args& a) {
   // For a transposed convolution the roles of input and output swap.
   if (want(0)) {
     TensorType r = Compute(ctx.out(0));
-    out.push_back(ConvertTo(ctx, p.transposed ? Forward(ctx, dy, w, p, r) : InputGrad(ctx, dy, w, p, r), ctx.out(0).elem));
+    Value dx = p.transposed ? Forward(ctx, dy, w, p, r) : InputGrad(ctx, dy, w, p, r);
+    out.push_back(ConvertTo(ctx, dx, ctx.out(0).elem));
   } else {
     out.push_back(ctx.b.Constant(0, ctx.out(0)));
   }
   if (want(1)) {
     TensorType r = Compute(ctx.out(1));
-    out.push_back(ConvertTo(ctx, p.transposed ? WeightGrad(ctx, dy, x, p, r) : WeightGrad(ctx, x, dy, p, r), ctx.out(1).elem));
+    Value dw = p.transposed ? WeightGrad(ctx, dy, x, p, r) : WeightGrad(ctx, x, dy, p, r);
+    out.push_back(ConvertTo(ctx, dw, ctx.out(1).elem));
   } else {
     out.push_back(ctx.b.Constant(0, ctx.out(1)));
   }

@@ -1,6 +1,6 @@
-// Graph-only lowerings of ops that eager runs without a lowering: copies and factories are
-// kernels or composites in csrc/aten, and the indexing ops here still take the CPU fallback
-// in eager (they need PyTorch's index errors there, which a compiled graph cannot raise).
+// Graph-only lowerings of ops that eager runs without a lowering of its own: copies and
+// factories are kernels or composites in csrc/aten, and x[indices] (index.Tensor) needs
+// PyTorch's index errors and data-dependent masks there, which a compiled graph cannot have.
 // They appear as nodes of torch.compile graphs after core ATen decomposition.
 #include <algorithm>
 
@@ -109,14 +109,26 @@ std::vector<Value> LowerEmbedding(Ctx& ctx, const Args& a) {
   return {ctx.b.Reshape(index_select(sub, Args(args)).at(0), ctx.out().dims)};
 }
 
-// var_mean(x, dim, correction, keepdim) = (var(x, ...), mean(x, dim, keepdim)), from the
-// table's var and mean lowerings.
-std::vector<Value> LowerVarMean(Ctx& ctx, const Args& a) {
-  static const LowerFn var = Find("aten::var.correction"), mean = Find("aten::mean.dim");
-  if (!var || !mean) throw Unsupported("var_mean needs var.correction and mean.dim");
-  std::vector<Arg> mean_args = {a.raw(0), a.raw(1), a.raw(3), Arg{}};
-  Ctx var_ctx{ctx.b, {ctx.out(0)}, ctx.common}, mean_ctx{ctx.b, {ctx.out(1)}, ctx.common};
-  return {var(var_ctx, a).at(0), mean(mean_ctx, Args(mean_args)).at(0)};
+// _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
+// return_debug_mask, *, scale?) -> (out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+// philox_seed, philox_offset, debug_attn_mask): eager's kernel (csrc/aten/nn_ops.cpp) calls
+// torch_tpu::_sdpa_forward; a graph calls its lowering. The slots eager leaves empty (and the
+// two sizes) are not values of the program.
+std::vector<Value> LowerSdpaOverrideable(Ctx& ctx, const Args& a) {
+  static const LowerFn forward = Find("torch_tpu::_sdpa_forward");
+  if (!forward) throw Unsupported("no lowering for torch_tpu::_sdpa_forward");
+  std::vector<Arg> args;
+  for (size_t i = 0; i < 8; ++i) args.push_back(i < a.size() ? a.raw(i) : Arg{});
+  args.push_back(Arg{});  // generator: none (dropout then runs eagerly)
+  Ctx sub{ctx.b, {ctx.out(0), ctx.out(1), ctx.out(6), ctx.out(7)}, ctx.common};
+  std::vector<Value> r = forward(sub, Args(args));
+  std::vector<Value> out;
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    if (i == 0 || i == 1) out.push_back(r[i]);
+    else if (i == 6 || i == 7) out.push_back(r[i - 4]);
+    else out.push_back(ctx.b.Constant(0, ctx.out(i)));
+  }
+  return out;
 }
 
 // Indices as s64 with PyTorch's negative wrap-around: i < 0 means i + size.
@@ -135,27 +147,6 @@ Value StackCoords(Ctx& ctx, const std::vector<Value>& coords, const std::vector<
   std::vector<Value> parts;
   for (const Value& c : coords) parts.push_back(ctx.b.Reshape(BroadcastTo(ctx, c, dims), one));
   return ctx.b.Concatenate(parts, static_cast<int64_t>(dims.size()));
-}
-
-// gather(x, dim, index): out[p] = x[p with coordinate dim replaced by index[p]].
-std::vector<Value> LowerGather(Ctx& ctx, const Args& a) {
-  Value x = a.tensor(0), index = a.tensor(2);
-  int64_t r = x.type.rank();
-  if (r == 0 || index.type.numel() == 0) return {CastTo(ctx, r == 0 ? x : ctx.b.Constant(0, ctx.out()), ctx.out())};
-  int64_t dim = WrapDim(a.int_(1), r);
-  std::vector<Value> coords;
-  for (int64_t d = 0; d < r; ++d)
-    coords.push_back(d == dim ? WrapIndex(ctx, index, x.type.dims[d]) : ctx.b.Iota({ElemType::S64, index.type.dims}, d));
-  Value idx = StackCoords(ctx, coords, index.type.dims);
-  std::string all = shlo::JoinInts([&] {
-    std::vector<int64_t> v(r);
-    for (int64_t d = 0; d < r; ++d) v[d] = d;
-    return v;
-  }());
-  std::string attrs = "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [" + all + "], start_index_map = [" +
-                      all + "], index_vector_dim = " + std::to_string(index.type.rank()) +
-                      ">, slice_sizes = " + shlo::DenseI64(std::vector<int64_t>(r, 1)) + ", indices_are_sorted = false";
-  return {ctx.b.Op1("stablehlo.gather", {x, idx}, {x.type.elem, index.type.dims}, attrs)};
 }
 
 // Advanced indexing x[i0, i1, ...] with tensors on some dims (None on the others). The
@@ -235,46 +226,9 @@ std::vector<Value> LowerIndex(Ctx& ctx, const Args& a) {
   return {CastTo(ctx, ctx.b.Transpose(g, ResultOrder(ix)), ctx.out())};
 }
 
-// index_put(x, indices, values, accumulate): x[indices] = values (or += when accumulating).
-std::vector<Value> LowerIndexPut(Ctx& ctx, const Args& a) {
-  const TensorType& t = ctx.out();
-  Value x = CastTo(ctx, a.tensor(0), t);
-  Indexing ix = PrepareIndexing(ctx, x, a.tensors(1));
-  int64_t k = static_cast<int64_t>(ix.indexed.size()), nb = static_cast<int64_t>(ix.batch.size());
-  std::vector<int64_t> order = ResultOrder(ix), result_dims(order.size()), rest_dims;
-  std::vector<int64_t> updates_dims = ix.batch;
-  for (int64_t d : ix.rest) updates_dims.push_back(t.dims[d]);
-  for (size_t i = 0; i < order.size(); ++i) result_dims[i] = updates_dims[order[i]];
-  // values broadcast to the shape x[indices] has, then to [B, rest] order.
-  Value values = BroadcastTo(ctx, ConvertTo(ctx, a.tensor(2), t.elem), result_dims);
-  std::vector<int64_t> back(order.size());
-  for (size_t i = 0; i < order.size(); ++i) back[order[i]] = static_cast<int64_t>(i);
-  values = ctx.b.Transpose(values, back);
-  if (values.type.numel() == 0) return {x};
-  std::vector<int64_t> perm = IndexedFirst(ix), inverse(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
-  Value xt = ctx.b.Transpose(x, perm);
-  bool accumulate = a.bool_or(3, false);
-  TensorType scalar{t.elem, {}};
-  int old_id = ctx.b.NewId(), new_id = ctx.b.NewId(), sum_id = ctx.b.NewId();
-  std::string s = scalar.str(), ret = "%" + std::to_string(new_id), body;
-  if (accumulate) {
-    body = "      %" + std::to_string(sum_id) + " = \"stablehlo." + (t.elem == ElemType::Pred ? "or" : "add") + "\"(%" +
-           std::to_string(old_id) + ", %" + std::to_string(new_id) + ") : (" + s + ", " + s + ") -> " + s + "\n";
-    ret = "%" + std::to_string(sum_id);
-  }
-  std::string region = "{\n    ^bb0(%" + std::to_string(old_id) + ": " + s + ", %" + std::to_string(new_id) + ": " + s +
-                       "):\n" + body + "      \"stablehlo.return\"(" + ret + ") : (" + s + ") -> ()\n    }";
-  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" +
-                      Iota(nb, ix.rest.size()) + "], inserted_window_dims = [" + Iota(0, k) +
-                      "], scatter_dims_to_operand_dims = [" + Iota(0, k) + "], index_vector_dim = " +
-                      std::to_string(nb) + ">, indices_are_sorted = false, unique_indices = false";
-  Value out = ctx.b.Op1("stablehlo.scatter", {xt, ix.coords, values}, xt.type, attrs, region);
-  return {ctx.b.Transpose(out, inverse)};
-}
-
 }  // namespace
 
+TPU_GRAPH_LOWERING("aten::_scaled_dot_product_fused_attention_overrideable", LowerSdpaOverrideable);
 TPU_GRAPH_LOWERING("aten::_to_copy", LowerCopyOf0);
 TPU_GRAPH_LOWERING("aten::arange", LowerArange);
 TPU_GRAPH_LOWERING("aten::arange.start", LowerArangeStart);
@@ -287,9 +241,7 @@ TPU_GRAPH_LOWERING("aten::empty_like", LowerConstant<0>);
 TPU_GRAPH_LOWERING("aten::empty_strided", LowerConstant<0>);
 TPU_GRAPH_LOWERING("aten::full", LowerFill<1>);
 TPU_GRAPH_LOWERING("aten::full_like", LowerFill<1>);
-TPU_GRAPH_LOWERING("aten::gather", LowerGather);
 TPU_GRAPH_LOWERING("aten::index.Tensor", LowerIndex);
-TPU_GRAPH_LOWERING("aten::index_put", LowerIndexPut);
 TPU_GRAPH_LOWERING("aten::lift_fresh_copy", LowerCopyOf0);
 TPU_GRAPH_LOWERING("aten::new_empty", LowerConstant<0>);
 TPU_GRAPH_LOWERING("aten::new_empty_strided", LowerConstant<0>);
@@ -301,7 +253,6 @@ TPU_GRAPH_LOWERING("aten::ones_like", LowerConstant<1>);
 TPU_GRAPH_LOWERING("aten::scalar_tensor", LowerFill<0>);
 TPU_GRAPH_LOWERING("aten::select_scatter", LowerSelectScatter);
 TPU_GRAPH_LOWERING("aten::slice_scatter", LowerSliceScatter);
-TPU_GRAPH_LOWERING("aten::var_mean.correction", LowerVarMean);
 TPU_GRAPH_LOWERING("aten::zeros", LowerConstant<0>);
 TPU_GRAPH_LOWERING("aten::zeros_like", LowerConstant<0>);
 TPU_GRAPH_LOWERING("prims::fma", LowerFma);

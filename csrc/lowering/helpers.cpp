@@ -1,4 +1,6 @@
 // Helpers shared by the sort, cumulative, indexing and reduction rules.
+#include <cmath>
+
 #include "helpers.h"
 
 namespace tpu::lowering {
@@ -16,6 +18,18 @@ Value IsNan(Ctx& ctx, Value x) {
 }
 Value Const(Ctx& ctx, double v, const Value& like) { return ctx.b.Constant(v, like.type); }
 Value ConstI(Ctx& ctx, int64_t v, const Value& like) { return ctx.b.ConstantInt(v, like.type); }
+
+// log(exp(a) + exp(b)) without overflow: max + log1p(exp(min - max)); an -inf operand leaves
+// the other, +inf stays +inf, NaN propagates.
+Value LogAddExp(Ctx& ctx, Value a, Value b) {
+  Value mx = ctx.b.Select(ctx.b.Compare(Cmp::GT, a, b), a, b);
+  Value mn = ctx.b.Select(ctx.b.Compare(Cmp::GT, a, b), b, a);
+  Value r = Add(ctx, mx, ctx.b.Unary("log_plus_one", ctx.b.Unary("exponential", Sub(ctx, mn, mx))));
+  Value inf = Const(ctx, INFINITY, a);
+  Value keep = Or(ctx, ctx.b.Compare(Cmp::EQ, mn, Const(ctx, -INFINITY, a)), ctx.b.Compare(Cmp::EQ, mx, inf));
+  r = ctx.b.Select(keep, mx, r);
+  return ctx.b.Select(Or(ctx, IsNan(ctx, a), IsNan(ctx, b)), Add(ctx, a, b), r);
+}
 
 std::vector<int64_t> KeptDims(int64_t rank, const std::vector<int64_t>& dims) {
   std::vector<int64_t> kept;
@@ -52,7 +66,7 @@ Value WrapIndex(Ctx& ctx, Value index, int64_t size) {
 
 std::vector<Value> Scan(Ctx& ctx, std::vector<Value> xs, int64_t dim, const std::vector<Value>& identity,
                         const Combine& combine, bool reverse) {
-  const std::vector<int64_t>& dims = xs[0].type.dims;
+  const std::vector<int64_t> dims = xs[0].type.dims;
   int64_t n = dims[dim], r = static_cast<int64_t>(dims.size());
   std::vector<int64_t> zeros(r, 0), ones(r, 1);
   for (int64_t k = 1; k < n; k *= 2) {
@@ -81,6 +95,32 @@ Value ExclusiveCount(Ctx& ctx, Value pred) {
     return std::vector<Value>{Add(ctx, a[0], b[0])};
   })[0];
   return Sub(ctx, inclusive, c);
+}
+
+std::vector<Value> While(Ctx& ctx, const std::vector<Value>& init,
+                         const std::function<Value(const std::vector<Value>&)>& cond,
+                         const std::function<std::vector<Value>(const std::vector<Value>&)>& body) {
+  std::vector<TensorType> types;
+  for (const Value& v : init) types.push_back(v.type);
+  std::string c = ctx.b.Region(types, [&](const std::vector<Value>& args) { return std::vector<Value>{cond(args)}; });
+  std::string b = ctx.b.Region(types, body);
+  return ctx.b.Op("stablehlo.while", init, types, "", c + ", " + b);
+}
+
+std::vector<Value> ForLoop(Ctx& ctx, int64_t n, const std::vector<Value>& init,
+                           const std::function<std::vector<Value>(Value i, const std::vector<Value>&)>& body) {
+  TensorType s64{ElemType::S64, {}};
+  std::vector<Value> state = {ctx.b.ConstantInt(0, s64)};
+  state.insert(state.end(), init.begin(), init.end());
+  auto out = While(
+      ctx, state, [&](const std::vector<Value>& v) { return ctx.b.Compare(Cmp::LT, v[0], ctx.b.ConstantInt(n, s64)); },
+      [&](const std::vector<Value>& v) {
+        std::vector<Value> rest(v.begin() + 1, v.end());
+        std::vector<Value> next = body(v[0], rest);
+        next.insert(next.begin(), Add(ctx, v[0], ctx.b.ConstantInt(1, s64)));
+        return next;
+      });
+  return std::vector<Value>(out.begin() + 1, out.end());
 }
 
 std::vector<Value> SortAlong(Ctx& ctx, const std::vector<Value>& operands, int64_t dim, bool descending) {

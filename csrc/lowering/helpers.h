@@ -20,6 +20,9 @@ Value IsNan(Ctx& ctx, Value x);          // false for non-float types
 Value Const(Ctx& ctx, double v, const Value& like);
 Value ConstI(Ctx& ctx, int64_t v, const Value& like);
 
+// log(exp(a) + exp(b)) without overflow; NaN propagates, -inf is neutral.
+Value LogAddExp(Ctx& ctx, Value a, Value b);
+
 // Dims of `rank` other than the ones in `dims`, in order.
 std::vector<int64_t> KeptDims(int64_t rank, const std::vector<int64_t>& dims);
 // `v` (reduced over `dims`) broadcast back to `dims_full`.
@@ -41,6 +44,15 @@ std::vector<Value> Scan(Ctx& ctx, std::vector<Value> xs, int64_t dim, const std:
                         const Combine& combine, bool reverse = false);
 // Exclusive running count of true elements of a pred array along dim 0 of a 1-D array, as s64.
 Value ExclusiveCount(Ctx& ctx, Value pred);
+
+// stablehlo.while: carries `init` through `body` while `cond` (a scalar i1 of the carried
+// values) holds. Values from outside may be used inside both regions.
+std::vector<Value> While(Ctx& ctx, const std::vector<Value>& init,
+                         const std::function<Value(const std::vector<Value>&)>& cond,
+                         const std::function<std::vector<Value>(const std::vector<Value>&)>& body);
+// A counted loop: body(i, values) for i in [0, n) with i an s64 scalar.
+std::vector<Value> ForLoop(Ctx& ctx, int64_t n, const std::vector<Value>& init,
+                           const std::function<std::vector<Value>(Value i, const std::vector<Value>&)>& body);
 
 // Sorts `operands` (same shape) along `dim`, keyed by the first one, stably; NaN sorts last
 // when ascending and first when descending, as in PyTorch.

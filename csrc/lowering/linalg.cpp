@@ -52,8 +52,34 @@ std::vector<Value> LowerBaddbmm(Ctx& ctx, const Args& a) {
   return {Blend(ctx, a.tensor(0), DotAcc(ctx, a.tensor(1), a.tensor(2), {0}, {0}, {2}, {1}), a, 3)};
 }
 
+
+// vdot(a, b) = sum(conj(a) * b) of 1-D operands (real types: dot).
+std::vector<Value> LowerVdot(Ctx& ctx, const Args& a) {
+  if (IsComplex(ctx.out().elem)) throw Unsupported("complex vdot");
+  return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {0}, {0})};
+}
+
+// addbmm(self, b1, b2, beta, alpha) = beta * self + alpha * sum_i b1[i] @ b2[i]: one
+// dot_general contracting the batch dim with the inner one.
+std::vector<Value> LowerAddbmm(Ctx& ctx, const Args& a) {
+  return {Blend(ctx, a.tensor(0), DotAcc(ctx, a.tensor(1), a.tensor(2), {}, {}, {0, 2}, {0, 1}), a, 3)};
+}
+
+// trace(self) = sum of the main diagonal of a matrix (integers accumulate in int64).
+std::vector<Value> LowerTrace(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  const TensorType& t = ctx.out();
+  ElemType acc = AccumulatorType(t.elem);
+  TensorType it{ElemType::S64, x.type.dims};
+  Value diag = ctx.b.Compare(Cmp::EQ, ctx.b.Iota(it, 0), ctx.b.Iota(it, 1));
+  Value v = ctx.b.Select(diag, ConvertTo(ctx, x, acc), ctx.b.Constant(0, {acc, x.type.dims}));
+  Value s = ctx.b.Reduce(v, ctx.b.Constant(0, {acc, {}}), {0, 1}, "add");
+  return {ConvertTo(ctx, s, t.elem)};
+}
+
 }  // namespace
 
+TPU_LOWERING("aten::addbmm", LowerAddbmm);
 TPU_LOWERING("aten::addmm", LowerAddmm);
 TPU_LOWERING("aten::addmv", LowerAddmv);
 TPU_LOWERING("aten::baddbmm", LowerBaddbmm);
@@ -61,5 +87,7 @@ TPU_LOWERING("aten::bmm", LowerBmm);
 TPU_LOWERING("aten::dot", LowerDot);
 TPU_LOWERING("aten::mm", LowerMm);
 TPU_LOWERING("aten::mv", LowerMv);
+TPU_LOWERING("aten::trace", LowerTrace);
+TPU_LOWERING("aten::vdot", LowerVdot);
 
 }  // namespace tpu::lowering

@@ -34,6 +34,20 @@ Value ConstF32(Ctx& ctx, const std::vector<float>& v) {
   return Dense(ctx, items, ElemType::F32);
 }
 
+Value ConstFloats(Ctx& ctx, const std::vector<double>& v, ElemType elem) {
+  if (elem == ElemType::F32 || elem == ElemType::F16 || elem == ElemType::BF16) {
+    std::vector<float> f(v.begin(), v.end());
+    return ConvertTo(ctx, ConstF32(ctx, f), elem);
+  }
+  std::vector<std::string> items;
+  char buf[40];
+  for (double x : v) {
+    std::snprintf(buf, sizeof(buf), "%.17e", x);
+    items.push_back(buf);
+  }
+  return Dense(ctx, items, elem);
+}
+
 Value ConstPred(Ctx& ctx, const std::vector<bool>& v) {
   std::vector<std::string> items;
   for (bool x : v) items.push_back(x ? "true" : "false");
@@ -62,6 +76,14 @@ Value Unreduce(Ctx& ctx, Value r, const std::vector<int64_t>& full, const std::v
     if (!gone) mapping.push_back(i);
   }
   return ctx.b.BroadcastInDim(r, full, mapping);
+}
+
+Value SumToShape(Ctx& ctx, Value v, const std::vector<int64_t>& to) {
+  int64_t lead = v.type.rank() - static_cast<int64_t>(to.size());
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < v.type.rank(); ++i)
+    if (i < lead || (to[i - lead] == 1 && v.type.dims[i] != 1)) dims.push_back(i);
+  return ctx.b.Reshape(SumOver(ctx, v, dims), to);
 }
 
 Value Take(Ctx& ctx, Value x, int64_t dim, Value idx) {
@@ -146,6 +168,17 @@ Value ScatterAddFlat(Ctx& ctx, Value updates, Value idx, int64_t n) {
       "[0], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false";
   return ctx.b.Op1("stablehlo.scatter", {ctx.b.Constant(0, t), ctx.b.Reshape(idx, {m, 1}), ctx.b.Reshape(updates, {m})},
                    t, attrs, AddRegion(ctx, updates.type.elem));
+}
+
+Value Uniform01(Ctx& ctx, Value state, const std::vector<int64_t>& dims) {
+  TensorType bits_type{ElemType::U32, dims};
+  Value bits = ctx.b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits_type},
+                        "rng_algorithm = #stablehlo<rng_algorithm PHILOX>")[1];
+  // The top 23 bits as the mantissa of a float in [1, 2), minus 1.
+  Value mantissa = ctx.b.Binary("shift_right_logical", bits, ctx.b.ConstantInt(9, bits_type));
+  Value one_bits = ctx.b.Binary("or", mantissa, ctx.b.ConstantInt(0x3F800000, bits_type));
+  Value f = ctx.b.BitcastConvert(one_bits, {ElemType::F32, dims});
+  return ctx.b.Binary("subtract", f, ctx.b.Constant(1, f.type));
 }
 
 Value IsNan(Ctx& ctx, Value x) { return ctx.b.Compare(Cmp::NE, x, x); }

@@ -15,6 +15,7 @@ Value Scalar(Ctx& ctx, double v, const Value& like);  // a splat of v shaped lik
 // Dense 1-D constants of host-computed tables (indices, weights).
 Value ConstI64(Ctx& ctx, const std::vector<int64_t>& v);
 Value ConstF32(Ctx& ctx, const std::vector<float>& v);
+Value ConstFloats(Ctx& ctx, const std::vector<double>& v, ElemType elem);  // f16/bf16/f32/f64
 Value ConstPred(Ctx& ctx, const std::vector<bool>& v);
 // A 1-D table `v` broadcast along dim `dim` of `dims`.
 Value Along(Ctx& ctx, Value v, const std::vector<int64_t>& dims, int64_t dim);
@@ -23,6 +24,9 @@ std::vector<int64_t> Iota(int64_t n, int64_t from = 0);
 Value SumOver(Ctx& ctx, Value x, const std::vector<int64_t>& dims);
 // Broadcasts `r` (x reduced over `reduced`) back to `full`.
 Value Unreduce(Ctx& ctx, Value r, const std::vector<int64_t>& full, const std::vector<int64_t>& reduced);
+
+// Sums `v` down to the shape `to` it was broadcast from (NumPy rules, trailing dims aligned).
+Value SumToShape(Ctx& ctx, Value v, const std::vector<int64_t>& to);
 
 // x gathered along `dim` at the 1-D s64 indices `idx` (which must be in range).
 Value Take(Ctx& ctx, Value x, int64_t dim, Value idx);
@@ -35,6 +39,9 @@ Value PickTranspose(Ctx& ctx, Value g, int64_t dim, const std::vector<int64_t>& 
 Value ScatterAddAlong(Ctx& ctx, Value g, int64_t dim, Value idx, int64_t size);
 // Flat scatter-add: zeros[n] with updates[i] added at idx[i] (both 1-D).
 Value ScatterAddFlat(Ctx& ctx, Value updates, Value idx, int64_t n);
+
+// Uniform f32 draws in [0, 1) of `dims` from a Philox state (tensor<2xui64>), as random.cpp draws.
+Value Uniform01(Ctx& ctx, Value state, const std::vector<int64_t>& dims);
 
 // IEEE tests used for PyTorch's NaN rules.
 Value IsNan(Ctx& ctx, Value x);

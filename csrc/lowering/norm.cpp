@@ -18,10 +18,6 @@ std::vector<int64_t> NonChannel(const Value& x) {
   return dims;
 }
 
-Value PerChannel(Ctx& ctx, Value v, const Value& x, ElemType acc) {
-  return ctx.b.BroadcastInDim(ConvertTo(ctx, v, acc), x.type.dims, {1});
-}
-
 Value InvStd(Ctx& ctx, Value var, double eps) {
   return Bin(ctx, "divide", Scalar(ctx, 1, var), ctx.b.Unary("sqrt", Bin(ctx, "add", var, Scalar(ctx, eps, var))));
 }
@@ -52,7 +48,8 @@ BatchNormResult BatchNorm(Ctx& ctx, const BatchNormArgs& p) {
     Value sum = SumOver(ctx, x, dims);
     r.mean = Bin(ctx, "divide", sum, Scalar(ctx, static_cast<double>(n), sum));
     Value centered = Bin(ctx, "subtract", x, ctx.b.BroadcastInDim(r.mean, x.type.dims, {1}));
-    var = Bin(ctx, "divide", SumOver(ctx, Bin(ctx, "multiply", centered, centered), dims), Scalar(ctx, static_cast<double>(n), sum));
+    Value sq = SumOver(ctx, Bin(ctx, "multiply", centered, centered), dims);
+    var = Bin(ctx, "divide", sq, Scalar(ctx, static_cast<double>(n), sq));
     if (p.running_mean.valid()) {
       Value rm = ConvertTo(ctx, p.running_mean, acc);
       Value upd = Bin(ctx, "add", Bin(ctx, "multiply", Scalar(ctx, p.momentum, r.mean), r.mean),
@@ -72,11 +69,12 @@ BatchNormResult BatchNorm(Ctx& ctx, const BatchNormArgs& p) {
     var = ConvertTo(ctx, p.running_var, acc);
   }
   r.invstd = InvStd(ctx, var, p.eps);
-  Value y = Bin(ctx, "multiply", Bin(ctx, "subtract", x, ctx.b.BroadcastInDim(r.mean, x.type.dims, {1})),
-                ctx.b.BroadcastInDim(r.invstd, x.type.dims, {1}));
-  if (p.weight.valid()) y = Bin(ctx, "multiply", y, PerChannel(ctx, p.weight, x, acc));
-  if (p.bias.valid()) y = Bin(ctx, "add", y, PerChannel(ctx, p.bias, x, acc));
-  r.y = y;
+  // As the CPU kernel: y = x * alpha + beta, alpha = invstd * weight, beta = bias - mean * alpha.
+  Value alpha = p.weight.valid() ? Bin(ctx, "multiply", r.invstd, ConvertTo(ctx, p.weight, acc)) : r.invstd;
+  Value beta = ctx.b.Unary("negate", Bin(ctx, "multiply", r.mean, alpha));
+  if (p.bias.valid()) beta = Bin(ctx, "add", ConvertTo(ctx, p.bias, acc), beta);
+  r.y = Bin(ctx, "add", Bin(ctx, "multiply", x, ctx.b.BroadcastInDim(alpha, x.type.dims, {1})),
+            ctx.b.BroadcastInDim(beta, x.type.dims, {1}));
   return r;
 }
 
@@ -164,7 +162,8 @@ std::vector<Value> BatchNormBackward(Ctx& ctx, const Args& a, bool training) {
     Value inv_n = Scalar(ctx, 1.0 / static_cast<double>(n), sum_g);
     Value mean_g = ctx.b.BroadcastInDim(Bin(ctx, "multiply", sum_g, inv_n), x.type.dims, {1});
     Value proj = Bin(ctx, "multiply", Bin(ctx, "multiply", dot, inv_n), Bin(ctx, "multiply", invstd, invstd));
-    Value inner = Bin(ctx, "subtract", Bin(ctx, "subtract", g, Bin(ctx, "multiply", centered, ctx.b.BroadcastInDim(proj, x.type.dims, {1}))), mean_g);
+    Value along_proj = Bin(ctx, "multiply", centered, ctx.b.BroadcastInDim(proj, x.type.dims, {1}));
+    Value inner = Bin(ctx, "subtract", Bin(ctx, "subtract", g, along_proj), mean_g);
     gx = Bin(ctx, "multiply", inner, ctx.b.BroadcastInDim(scale, x.type.dims, {1}));
   } else {
     gx = Bin(ctx, "multiply", g, ctx.b.BroadcastInDim(scale, x.type.dims, {1}));
@@ -194,10 +193,13 @@ std::vector<Value> LowerGroupNorm(Ctx& ctx, const Args& a) {
   double count = static_cast<double>((c / groups) * hw);
   Value mean = Bin(ctx, "divide", SumOver(ctx, x, {2, 3}), ctx.b.Constant(count, {acc, {n, groups}}));
   Value centered = Bin(ctx, "subtract", x, Unreduce(ctx, mean, x.type.dims, {2, 3}));
-  Value var = Bin(ctx, "divide", SumOver(ctx, Bin(ctx, "multiply", centered, centered), {2, 3}), ctx.b.Constant(count, {acc, {n, groups}}));
+  Value sq = SumOver(ctx, Bin(ctx, "multiply", centered, centered), {2, 3});
+  Value var = Bin(ctx, "divide", sq, Scalar(ctx, count, sq));
   Value rstd = InvStd(ctx, var, a.double_(7));
   Value y = Bin(ctx, "multiply", centered, Unreduce(ctx, rstd, x.type.dims, {2, 3}));
-  auto channel = [&](Value v) { return ctx.b.BroadcastInDim(ctx.b.Reshape(ConvertTo(ctx, v, acc), {groups, c / groups}), x.type.dims, {1, 2}); };
+  auto channel = [&](Value v) {
+    return ctx.b.BroadcastInDim(ctx.b.Reshape(ConvertTo(ctx, v, acc), {groups, c / groups}), x.type.dims, {1, 2});
+  };
   if (!a.is_none(1)) y = Bin(ctx, "multiply", y, channel(a.tensor(1)));
   if (!a.is_none(2)) y = Bin(ctx, "add", y, channel(a.tensor(2)));
   return {ConvertTo(ctx, ctx.b.Reshape(y, ctx.out(0).dims), ctx.out(0).elem),
@@ -226,7 +228,8 @@ std::vector<Value> LowerGroupNormBackward(Ctx& ctx, const Args& a) {
     Value s = SumOver(ctx, v, {2, 3});
     return Unreduce(ctx, Bin(ctx, "divide", s, Scalar(ctx, count, s)), dims, {2, 3});
   };
-  Value inner = Bin(ctx, "subtract", Bin(ctx, "subtract", gw, group_mean(gw)), Bin(ctx, "multiply", xhat, group_mean(Bin(ctx, "multiply", gw, xhat))));
+  Value proj = Bin(ctx, "multiply", xhat, group_mean(Bin(ctx, "multiply", gw, xhat)));
+  Value inner = Bin(ctx, "subtract", Bin(ctx, "subtract", gw, group_mean(gw)), proj);
   Value gx = Bin(ctx, "multiply", rstd, inner);
   Value dweight = ctx.b.Reshape(SumOver(ctx, Bin(ctx, "multiply", g, xhat), {0, 3}), {c});
   Value dbias = ctx.b.Reshape(SumOver(ctx, g, {0, 3}), {c});
@@ -281,6 +284,7 @@ std::vector<Value> LowerRmsNormBackward(Ctx& ctx, const Args& a) {
   Value m = SumOver(ctx, Bin(ctx, "multiply", gw, xhat), dims);
   m = Unreduce(ctx, Bin(ctx, "divide", m, Scalar(ctx, static_cast<double>(count), m)), x.type.dims, dims);
   Value gx = Bin(ctx, "multiply", rstd, Bin(ctx, "subtract", gw, Bin(ctx, "multiply", xhat, m)));
+  if (a.is_none(4)) return {ConvertTo(ctx, gx, ctx.out(0).elem), ctx.b.Constant(0, ctx.out(1))};  // no weight
   Value dweight = ctx.b.Reshape(SumOver(ctx, Bin(ctx, "multiply", g, xhat), outer), ctx.out(1).dims);
   return {ConvertTo(ctx, gx, ctx.out(0).elem), ConvertTo(ctx, dweight, ctx.out(1).elem)};
 }

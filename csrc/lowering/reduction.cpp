@@ -3,13 +3,14 @@
 #include <cmath>
 #include <numeric>
 
-#include "lowering.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
 
 // The dims to reduce: `dims` normalised, all dims when empty or None (PyTorch's rule).
 std::vector<int64_t> ReduceDims(const Args& a, size_t arg, int64_t rank) {
+  if (rank == 0) return {};  // a 0-d tensor reduces over dim 0 or -1 to itself
   if (a.is_none(arg) || a.ints(arg).empty()) {
     std::vector<int64_t> all(rank);
     std::iota(all.begin(), all.end(), 0);
@@ -22,6 +23,12 @@ std::vector<int64_t> AllDims(int64_t rank) {
   std::vector<int64_t> all(rank);
   std::iota(all.begin(), all.end(), 0);
   return all;
+}
+
+// A single reduction dim; none for a 0-d tensor.
+std::vector<int64_t> OneDim(int64_t dim, int64_t rank) {
+  if (rank == 0) return {};
+  return {WrapDim(dim, rank)};
 }
 
 Value ReduceWith(Ctx& ctx, Value x, const std::vector<int64_t>& dims, const char* op, Value init) {
@@ -53,7 +60,7 @@ std::vector<Value> LowerProdAll(Ctx& ctx, const Args& a) {
 }
 std::vector<Value> LowerProdDim(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0);
-  return {SumOrProd<true>(ctx, x, {WrapDim(a.int_(1), x.type.rank())})};
+  return {SumOrProd<true>(ctx, x, OneDim(a.int_(1), x.type.rank()))};
 }
 
 Value Mean(Ctx& ctx, Value x, const std::vector<int64_t>& dims) {
@@ -158,7 +165,7 @@ std::vector<Value> LowerAnyAll(Ctx& ctx, const Args& a) {
 template <bool kAny>
 std::vector<Value> LowerAnyAllDim(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0);
-  return {AnyAll<kAny>(ctx, x, {WrapDim(a.int_(1), x.type.rank())})};
+  return {AnyAll<kAny>(ctx, x, OneDim(a.int_(1), x.type.rank()))};
 }
 template <bool kAny>
 std::vector<Value> LowerAnyAllDims(Ctx& ctx, const Args& a) {
@@ -167,12 +174,12 @@ std::vector<Value> LowerAnyAllDims(Ctx& ctx, const Args& a) {
 }
 
 // var/std with Bessel-style correction: sum((x - mean)^2) / max(N - correction, 0). The
-// correction is a Scalar, so it arrives as a run-time 0-d operand (default 1).
-template <bool kStd>
-std::vector<Value> LowerVar(Ctx& ctx, const Args& a) {
+// correction is a Scalar, so it arrives as a run-time 0-d operand (default 1). Returns
+// (var or std, mean) in the accumulator type, reduced (not reshaped).
+std::pair<Value, Value> VarMean(Ctx& ctx, const Args& a, bool take_sqrt, ElemType out_elem) {
   Value x = a.tensor(0);
   std::vector<int64_t> dims = ReduceDims(a, 1, x.type.rank());
-  ElemType acc = AccumulatorType(ctx.out().elem);
+  ElemType acc = AccumulatorType(out_elem);
   x = ConvertTo(ctx, x, acc);
   int64_t n = 1;
   for (int64_t d : dims) n *= x.type.dims[d];
@@ -191,8 +198,22 @@ std::vector<Value> LowerVar(Ctx& ctx, const Args& a) {
   Value denom = ctx.b.Binary("subtract", ctx.b.Constant(static_cast<double>(n), sq.type), correction);
   denom = ctx.b.Binary("maximum", denom, ctx.b.Constant(0, sq.type));
   Value v = ctx.b.Binary("divide", sq, denom);
-  if (kStd) v = ctx.b.Unary("sqrt", v);
+  if (take_sqrt) v = ctx.b.Unary("sqrt", v);
+  return {v, mean_r};
+}
+
+template <bool kStd>
+std::vector<Value> LowerVar(Ctx& ctx, const Args& a) {
+  Value v = VarMean(ctx, a, kStd, ctx.out().elem).first;
   return {ctx.b.Reshape(ConvertTo(ctx, v, ctx.out().elem), ctx.out().dims)};
+}
+
+// var_mean / std_mean (self, dim, correction, keepdim) -> (var or std, mean)
+template <bool kStd>
+std::vector<Value> LowerVarMean(Ctx& ctx, const Args& a) {
+  auto [v, m] = VarMean(ctx, a, kStd, ctx.out(0).elem);
+  return {ctx.b.Reshape(ConvertTo(ctx, v, ctx.out(0).elem), ctx.out(0).dims),
+          ctx.b.Reshape(ConvertTo(ctx, m, ctx.out(1).elem), ctx.out(1).dims)};
 }
 
 // linalg_vector_norm(x, ord, dim?, keepdim, dtype?). ord is a Scalar, hence a run-time
@@ -220,6 +241,105 @@ std::vector<Value> LowerVectorNorm(Ctx& ctx, const Args& a) {
   return {ctx.b.Reshape(ConvertTo(ctx, v, ctx.out().elem), ctx.out().dims)};
 }
 
+
+// aminmax(self, dim?, keepdim) -> (min, max)
+std::vector<Value> LowerAminmax(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  std::vector<int64_t> dims = a.is_none(1) ? AllDims(x.type.rank()) : OneDim(a.int_(1), x.type.rank());
+  return {ctx.b.Reshape(Extremum<false>(ctx, x, dims), ctx.out(0).dims),
+          ctx.b.Reshape(Extremum<true>(ctx, x, dims), ctx.out(1).dims)};
+}
+
+// nansum(self, dim?, keepdim, dtype?): NaN counts as zero.
+std::vector<Value> LowerNansum(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  if (IsFloat(x.type.elem)) x = ctx.b.Select(ctx.b.Compare(Cmp::NE, x, x), ctx.b.Constant(0, x.type), x);
+  return {SumOrProd<false>(ctx, x, ReduceDims(a, 1, x.type.rank()))};
+}
+
+// count_nonzero.dim_IntList(self, dim): the number of nonzero elements (all dims when empty).
+std::vector<Value> LowerCountNonzero(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  Value nz = ctx.b.Convert(ctx.b.Compare(Cmp::NE, x, ctx.b.Constant(0, x.type)), ElemType::S64);
+  Value r = ctx.b.Reduce(nz, ctx.b.ConstantInt(0, {ElemType::S64, {}}), ReduceDims(a, 1, x.type.rank()), "add");
+  return {ctx.b.Reshape(ConvertTo(ctx, r, ctx.out().elem), ctx.out().dims)};
+}
+
+// norm.ScalarOpt_dim(self, p?, dim, keepdim[, dtype]): linalg_vector_norm with p None as 2.
+std::vector<Value> LowerNormDim(Ctx& ctx, const Args& a) {
+  std::vector<Arg> args(4);
+  for (size_t i = 0; i < 4 && i < a.size(); ++i) args[i] = a.raw(i);
+  if (a.is_none(1)) {
+    args[1].kind = Arg::Kind::Tensor;
+    args[1].value = ctx.b.Constant(2, {AccumulatorType(ctx.out().elem), {}});
+  }
+  return LowerVectorNorm(ctx, Args(args));
+}
+
+// renorm(self, p, dim, maxnorm): each slice along dim whose p-norm (over the other dims)
+// exceeds maxnorm is scaled to maxnorm / (norm + 1e-7).
+std::vector<Value> LowerRenorm(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  ElemType acc = AccumulatorType(t.elem);
+  Value x = ConvertTo(ctx, a.tensor(0), acc);
+  int64_t dim = WrapDim(a.int_(2), x.type.rank());
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < x.type.rank(); ++d)
+    if (d != dim) others.push_back(d);
+  Value norm;
+  if (others.empty()) {  // 1-D: each slice is one element
+    norm = ctx.b.Unary("abs", x);
+  } else {
+    std::vector<Arg> args(3);
+    args[0].kind = Arg::Kind::Tensor;
+    args[0].value = x;
+    args[1] = a.raw(1);
+    args[2].kind = Arg::Kind::IntList;
+    args[2].ints = others;
+    Ctx sub{ctx.b, {{acc, {x.type.dims[dim]}}}, acc};
+    norm = LowerVectorNorm(sub, Args(args))[0];
+  }
+  Value maxnorm = CastTo(ctx, a.tensor(3), norm.type);
+  Value scale = ctx.b.Binary("divide", maxnorm, ctx.b.Binary("add", norm, ctx.b.Constant(1e-7, norm.type)));
+  scale = ctx.b.Select(ctx.b.Compare(Cmp::GT, norm, maxnorm), scale, ctx.b.Constant(1, norm.type));
+  Value s = x.type.rank() == 0 ? scale : ctx.b.BroadcastInDim(scale, x.type.dims, {dim});
+  return {ConvertTo(ctx, ctx.b.Binary("multiply", x, s), t.elem)};
+}
+
+// histc(self, bins, min, max): counts of self in `bins` equal-width bins over [min, max]
+// (the data's min and max when both are 0); values outside are ignored, max falls in the
+// last bin. The bin is trunc((x - min) * bins / (max - min)), as PyTorch's CPU kernel.
+std::vector<Value> LowerHistc(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  int64_t bins = a.int_(1);
+  Value x = ctx.b.Reshape(a.tensor(0), {a.tensor(0).type.numel()});
+  ElemType e = x.type.elem;
+  TensorType s{e, {}};
+  Value lo = CastTo(ctx, a.tensor(2), s), hi = CastTo(ctx, a.tensor(3), s);
+  if (x.type.numel() > 0) {
+    Value data_lo = Extremum<false>(ctx, x, {0}), data_hi = Extremum<true>(ctx, x, {0});
+    Value use_data = ctx.b.Binary("and", ctx.b.Compare(Cmp::EQ, lo, ctx.b.Constant(0, s)), ctx.b.Compare(Cmp::EQ, hi, ctx.b.Constant(0, s)));
+    lo = ctx.b.Select(use_data, data_lo, lo);
+    hi = ctx.b.Select(use_data, data_hi, hi);
+  }
+  ctx.AddCheck(ctx.b.Compare(Cmp::GT, lo, hi), "histc: max must be larger than min");
+  Value same = ctx.b.Compare(Cmp::EQ, lo, hi);
+  lo = ctx.b.Select(same, ctx.b.Binary("subtract", lo, ctx.b.Constant(1, s)), lo);
+  hi = ctx.b.Select(same, ctx.b.Binary("add", hi, ctx.b.Constant(1, s)), hi);
+  if (x.type.numel() == 0) return {ctx.b.Constant(0, t)};
+  TensorType xt = x.type;
+  Value lob = BroadcastTo(ctx, lo, xt.dims), hib = BroadcastTo(ctx, hi, xt.dims);
+  Value pos = ctx.b.Binary("divide", ctx.b.Binary("multiply", ctx.b.Binary("subtract", x, lob), ctx.b.Constant(static_cast<double>(bins), xt)),
+                           ctx.b.Binary("subtract", hib, lob));
+  Value bin = ctx.b.Convert(pos, ElemType::S64);
+  TensorType it{ElemType::S64, xt.dims};
+  bin = ctx.b.Select(ctx.b.Compare(Cmp::EQ, bin, ctx.b.ConstantInt(bins, it)), ctx.b.ConstantInt(bins - 1, it), bin);
+  Value inside = ctx.b.Binary("and", ctx.b.Compare(Cmp::GE, x, lob), ctx.b.Compare(Cmp::LE, x, hib));
+  bin = ctx.b.Select(inside, bin, ctx.b.ConstantInt(bins, it));  // dropped by the scatter
+  Value counts = ScatterPoints(ctx, ctx.b.Constant(0, t), ctx.b.Reshape(bin, {xt.dims[0], 1}), ctx.b.Constant(1, {t.elem, xt.dims}), "add");
+  return {counts};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::all", LowerAnyAll<false>);
@@ -227,23 +347,32 @@ TPU_LOWERING("aten::all.dim", LowerAnyAllDim<false>);
 TPU_LOWERING("aten::all.dims", LowerAnyAllDims<false>);
 TPU_LOWERING("aten::amax", LowerAmax<true>);
 TPU_LOWERING("aten::amin", LowerAmax<false>);
+TPU_LOWERING("aten::aminmax", LowerAminmax);
 TPU_LOWERING("aten::any", LowerAnyAll<true>);
 TPU_LOWERING("aten::any.dim", LowerAnyAllDim<true>);
 TPU_LOWERING("aten::any.dims", LowerAnyAllDims<true>);
 TPU_LOWERING("aten::argmax", LowerArgmax<true>);
 TPU_LOWERING("aten::argmin", LowerArgmax<false>);
+TPU_LOWERING("aten::count_nonzero.dim_IntList", LowerCountNonzero);
+TPU_LOWERING("aten::histc", LowerHistc);
 TPU_LOWERING("aten::max", LowerMaxAll<true>);
 TPU_LOWERING("aten::max.dim", LowerMaxDim<true>);
 TPU_LOWERING("aten::linalg_vector_norm", LowerVectorNorm);
 TPU_LOWERING("aten::mean", LowerMeanAll);
 TPU_LOWERING("aten::mean.dim", LowerMeanDim);
 TPU_LOWERING("aten::min", LowerMaxAll<false>);
+TPU_LOWERING("aten::nansum", LowerNansum);
+TPU_LOWERING("aten::norm.ScalarOpt_dim", LowerNormDim);
+TPU_LOWERING("aten::norm.ScalarOpt_dim_dtype", LowerNormDim);
 TPU_LOWERING("aten::min.dim", LowerMaxDim<false>);
 TPU_LOWERING("aten::prod", LowerProdAll);
 TPU_LOWERING("aten::prod.dim_int", LowerProdDim);
+TPU_LOWERING("aten::renorm", LowerRenorm);
 TPU_LOWERING("aten::std.correction", LowerVar<true>);
+TPU_LOWERING("aten::std_mean.correction", LowerVarMean<true>);
 TPU_LOWERING("aten::sum", LowerSumAll);
 TPU_LOWERING("aten::sum.dim_IntList", LowerSumDim);
 TPU_LOWERING("aten::var.correction", LowerVar<false>);
+TPU_LOWERING("aten::var_mean.correction", LowerVarMean<false>);
 
 }  // namespace tpu::lowering

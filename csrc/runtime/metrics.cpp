@@ -19,6 +19,19 @@ void Metrics::CountSync(const std::string& cause) {
   sync_by_cause[cause]++;
 }
 
+void Metrics::CountRecompile(const std::string& reason) {
+  recompilations++;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = recompile_reasons.find(reason);
+  if (it != recompile_reasons.end()) it->second++;
+  else if (recompile_reasons.size() < 200) recompile_reasons[reason] = 1;
+}
+
+std::map<std::string, int64_t> Metrics::recompiles() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return recompile_reasons;
+}
+
 std::map<std::string, int64_t> Metrics::fallbacks() const {
   std::lock_guard<std::mutex> lock(mu);
   return fallback_by_op;
@@ -38,6 +51,8 @@ void Metrics::Reset() {
   std::lock_guard<std::mutex> lock(mu);
   fallback_by_op.clear();
   sync_by_cause.clear();
+  recompile_reasons.clear();
+  recompilations = 0;
   slowest_compile_op.clear();
 }
 

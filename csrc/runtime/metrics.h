@@ -31,6 +31,8 @@ struct Metrics {
 
   void CountFallback(const std::string& op);
   void CountSync(const std::string& cause);
+  void CountRecompile(const std::string& reason);
+  std::map<std::string, int64_t> recompiles() const;
   std::map<std::string, int64_t> fallbacks() const;
   std::map<std::string, int64_t> syncs() const;
   void Reset();
@@ -39,6 +41,8 @@ struct Metrics {
   mutable std::mutex mu;
   std::map<std::string, int64_t> fallback_by_op;
   std::map<std::string, int64_t> sync_by_cause;
+  std::map<std::string, int64_t> recompile_reasons;  // bounded: the first 200 distinct reasons
+  std::atomic<int64_t> recompilations{0};
 };
 
 Metrics& GetMetrics();

@@ -189,8 +189,12 @@ Value Builder::Constant(double v, const TensorType& type) {
     lit = FloatLiteral(v, type.elem);
   } else if (IsInteger(type.elem)) {
     lit = std::to_string(static_cast<int64_t>(v));
-  } else {
-    throw std::invalid_argument("constant of complex type is not supported");
+  } else {  // complex: (v, 0)
+    ElemType part = type.elem == ElemType::C64 ? ElemType::F32 : ElemType::F64;
+    TensorType scalar{type.elem, {}};
+    Value re = Constant(v, {part, {}}), im = Constant(0, {part, {}});
+    Value c = Op1("stablehlo.complex", {re, im}, scalar);
+    return type.dims.empty() ? c : BroadcastInDim(c, type.dims, {});
   }
   TensorType scalar{type.elem, {}};
   Value c = Op1("stablehlo.constant", {}, scalar, "value = dense<" + lit + "> : " + scalar.str());

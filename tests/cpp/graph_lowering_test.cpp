@@ -1,5 +1,5 @@
 // Lowerings that torch.compile graphs need beyond eager's table: views as values
-// (csrc/lowering/view_ops.cpp), copies, factories and indexing (graph_ops.cpp), and
+// (csrc/lowering/view_ops.cpp), copies, factories and x[indices] (graph_ops.cpp), and
 // convolution (conv.cpp, shared with eager). Each program runs on the plugin and is checked
 // against numbers computed here on the host.
 #include <algorithm>
@@ -77,7 +77,7 @@ std::vector<float> Iota(int64_t n) {
 TEST(GraphLowering, ViewOpsAreGraphOnly) {
   std::vector<std::string> eager = lowering::RegisteredOps(), graph = lowering::GraphOnlyOps();
   for (const char* op : {"aten::view", "aten::permute", "aten::expand", "aten::slice.Tensor", "aten::select.int",
-                         "aten::_to_copy", "aten::clone", "aten::full", "aten::gather", "aten::index_put"}) {
+                         "aten::_to_copy", "aten::clone", "aten::full", "aten::index.Tensor"}) {
     EXPECT_NE(lowering::Find(op), nullptr) << op;
     EXPECT_EQ(std::count(eager.begin(), eager.end(), op), 0) << op << " must not get an eager kernel";
     EXPECT_EQ(std::count(graph.begin(), graph.end(), op), 1) << op;
@@ -109,21 +109,22 @@ TEST(GraphLowering, SlicePermuteExpand) {
   EXPECT_EQ(selected[0].As<float>(), (std::vector<float>{3, 7, 11}));
 }
 
-// gather(x, 1, index) and index_put(x, [rows, cols], v, accumulate) with repeated and negative indices.
-TEST(GraphLowering, GatherAndIndexPut) {
+// x[i, :, j] (indexed dims apart: the index dim goes first) and x[:, i] (in place), with a
+// negative index.
+TEST(GraphLowering, AdvancedIndexing) {
   Call call;
-  Arg x = call.Tensor(HostTensor::Of<float>(Iota(6), {2, 3}));
-  Arg idx = call.Tensor(HostTensor::Of<int64_t>({2, 0, 1, 1}, {2, 2}));
-  auto g = call.Lower("aten::gather", {x, Call::Int(1), idx, Call::Bool(false)}, {{ElemType::F32, {2, 2}}});
-  EXPECT_EQ(g[0].As<float>(), (std::vector<float>{2, 0, 4, 4}));
+  Arg x = call.Tensor(HostTensor::Of<float>(Iota(24), {2, 3, 4}));
+  Arg list = call.Tensors({HostTensor::Of<int64_t>({1, 0}, {2}), HostTensor::Of<int64_t>({2, -1}, {2})},
+                          {true, false, true});
+  auto apart = call.Lower("aten::index.Tensor", {x, list}, {{ElemType::F32, {2, 3}}});
+  EXPECT_EQ(apart[0].As<float>(), (std::vector<float>{14, 18, 22, 3, 7, 11}));
 
   Call c2;
-  Arg y = c2.Tensor(HostTensor::Of<float>(std::vector<float>(6, 0), {2, 3}));
-  Arg list = c2.Tensors({HostTensor::Of<int64_t>({0, 0, -1}, {3}), HostTensor::Of<int64_t>({1, 1, 2}, {3})},
-                        {true, true});
-  Arg v = c2.Tensor(HostTensor::Of<float>({1, 2, 3}, {3}));
-  auto put = c2.Lower("aten::index_put", {y, list, v, Call::Bool(true)}, {{ElemType::F32, {2, 3}}});
-  EXPECT_EQ(put[0].As<float>(), (std::vector<float>{0, 3, 0, 0, 0, 3}));
+  Arg y = c2.Tensor(HostTensor::Of<float>(Iota(24), {2, 3, 4}));
+  Arg second = c2.Tensors({HostTensor::Of<int64_t>({2, -3}, {2})}, {false, true});
+  auto adjacent = c2.Lower("aten::index.Tensor", {y, second}, {{ElemType::F32, {2, 2, 4}}});
+  EXPECT_EQ(adjacent[0].As<float>(),
+            (std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3, 20, 21, 22, 23, 12, 13, 14, 15}));
 }
 
 // slice_scatter with a step puts src at every other position.

@@ -1,0 +1,151 @@
+"""Greedy decoding of a tiny random Llama with Hugging Face generate(): tokens/s on tpu in the
+strict and fused eager modes (StaticCache) next to CPU eager in the same run, and the time to
+first token of a fresh process with a cold (empty) and a warm (populated) compilation cache
+(TORCH_TPU_CACHE_DIR). Medians of repeated timings.
+
+    python bench/generate.py [--new-tokens 32] [--repeats 3] [--ttft-repeats 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TORCH_TPU_QUIET", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", category=UserWarning)  # one-time CPU fallback notices
+
+import torch  # noqa: E402
+
+import torch_tpu  # noqa: E402
+
+PROMPT_LEN = 16
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def prompt():
+    return torch.randint(3, 256, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(0))
+
+
+def generate(model, ids, new_tokens):
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                         min_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                         cache_implementation="static")
+    return out.cpu()  # waits for the device
+
+
+def tokens_per_s(model, device, new_tokens, repeats):
+    ids = prompt().to(device)
+    first = time.perf_counter()
+    tokens = generate(model, ids, new_tokens)  # warm-up: compiles
+    first = time.perf_counter() - first
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        generate(model, ids, new_tokens)
+        rates.append(new_tokens / (time.perf_counter() - start))
+    return statistics.median(rates), first, tokens
+
+
+def ttft_child():
+    """Runs in a fresh process: time from before the model moves to tpu to the first token."""
+    start = time.perf_counter()
+    model = tiny_llama().to("tpu")
+    ids = prompt().to("tpu")
+    generate(model, ids, 1)
+    seconds = time.perf_counter() - start
+    m = torch_tpu.metrics()
+    print(json.dumps({"ttft_s": seconds, "programs_compiled": m["programs_compiled"],
+                      "disk_cache_hits": m["disk_cache_hits"]}))
+
+
+def run_child(cache_dir):
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, "--ttft-child"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"time-to-first-token child failed (rc {proc.returncode}, cache {cache_dir}):\n"
+                         + proc.stderr[-3000:])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - start
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ttft-repeats", type=int, default=3)
+    parser.add_argument("--ttft-only", action="store_true", help="only the time-to-first-token part")
+    parser.add_argument("--ttft-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ttft_child:
+        return ttft_child()
+
+    if not args.ttft_only:
+        throughput(args)
+    time_to_first_token(args)
+
+
+def throughput(args):
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, tpu on "
+          f"{torch.tpu.get_device_name()}; tiny Llama (hidden 64, 2 layers), prompt {PROMPT_LEN}, "
+          f"{args.new_tokens} new tokens, StaticCache, medians of {args.repeats}")
+    model = tiny_llama()
+    cpu_rate, cpu_first, want = tokens_per_s(model, "cpu", args.new_tokens, args.repeats)
+    rows = [("cpu eager", cpu_rate, cpu_first, True, None)]
+    model = model.to("tpu")
+    for mode in ("strict", "fused"):
+        with torch_tpu.eager_mode(mode):
+            before = torch_tpu.metrics()
+            rate, first, got = tokens_per_s(model, "tpu", args.new_tokens, args.repeats)
+            after = torch_tpu.metrics()
+        compiled = (after["programs_compiled"] + after["fused_graphs_compiled"]
+                    - before["programs_compiled"] - before["fused_graphs_compiled"])
+        rows.append((f"tpu {mode}", rate, first, torch.equal(got, want), compiled))
+    print(f"\n{'':10s} {'tokens/s':>9s} {'vs cpu':>7s} {'first call s':>13s} {'same tokens':>12s} {'programs compiled':>18s}")
+    for name, rate, first, same, compiled in rows:
+        print(f"{name:10s} {rate:9.1f} {rate / cpu_rate:6.2f}x {first:13.2f} {str(same):>12s} "
+              f"{'' if compiled is None else compiled:>18}")
+    print(f"cpu fallbacks on tpu: {torch_tpu.metrics()['cpu_fallbacks_by_op']}")
+
+
+def time_to_first_token(args):
+
+    cold, warm = [], []
+    with tempfile.TemporaryDirectory() as populated:
+        for _ in range(args.ttft_repeats):
+            with tempfile.TemporaryDirectory() as empty:
+                cold.append(run_child(empty))
+        run_child(populated)  # populate
+        for _ in range(args.ttft_repeats):
+            warm.append(run_child(populated))
+    print(f"\ntime to first token in a fresh process (model to tpu + prefill + first token), "
+          f"medians of {args.ttft_repeats}:")
+    for name, runs in (("cold cache", cold), ("warm cache", warm)):
+        print(f"  {name}: {statistics.median(r['ttft_s'] for r in runs):6.2f} s "
+              f"(whole process {statistics.median(r['process_s'] for r in runs):6.2f} s; programs compiled "
+              f"{statistics.median(r['programs_compiled'] for r in runs):.0f}, loaded from disk "
+              f"{statistics.median(r['disk_cache_hits'] for r in runs):.0f})")
+
+
+if __name__ == "__main__":
+    main()

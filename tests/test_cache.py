@@ -1,0 +1,89 @@
+"""The persistent compilation cache and the recompilation counters."""
+import glob
+import os
+import subprocess
+import sys
+
+import torch
+
+import torch_tpu
+
+CHILD = (
+    "import torch, torch_tpu, json\n"
+    "x = torch.arange(12.0).reshape(3, 4).to('tpu')\n"
+    "y = ((x * 3 - 1).relu() @ x.t()).softmax(-1)\n"
+    "print(json.dumps({'sum': y.sum().item(), 'm': {k: v for k, v in torch_tpu.metrics().items() "
+    "if not isinstance(v, dict)}}))\n"
+)
+
+
+def _run(cache_dir, **extra):
+    import json
+
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache_dir), **extra)
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_starts_warm(tmp_path):
+    cold = _run(tmp_path)
+    warm = _run(tmp_path)
+    assert cold["m"]["programs_compiled"] > 0 and cold["m"]["disk_cache_hits"] == 0
+    assert warm["m"]["programs_compiled"] == 0
+    assert warm["m"]["disk_cache_hits"] == cold["m"]["programs_compiled"]
+    assert warm["sum"] == cold["sum"]
+    files = glob.glob(str(tmp_path / "*" / "*.bin"))
+    assert len(files) == cold["m"]["programs_compiled"]
+    assert all(os.path.basename(os.path.dirname(f)).startswith("cpu-") for f in files)  # per-plugin folder
+
+
+def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
+    cold = _run(tmp_path)
+    files = sorted(glob.glob(str(tmp_path / "*" / "*.bin")))
+    with open(files[0], "r+b") as f:  # truncate one entry
+        f.truncate(40)
+    with open(files[1], "r+b") as f:  # flip bytes in another
+        f.seek(100)
+        f.write(b"\x00garbage\x00")
+    again = _run(tmp_path)
+    assert again["sum"] == cold["sum"]
+    assert again["m"]["programs_compiled"] == 2 and again["m"]["disk_cache_hits"] == cold["m"]["programs_compiled"] - 2
+    third = _run(tmp_path)  # the damaged entries were rewritten
+    assert third["m"]["programs_compiled"] == 0
+
+
+def test_concurrent_processes_share_the_cache(tmp_path):
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate()[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert not glob.glob(str(tmp_path / "*" / "*.tmp.*"))  # no temp files left behind
+    assert _run(tmp_path)["m"]["programs_compiled"] == 0, outs
+
+
+def test_size_limit_evicts_and_clear_empties(tmp_path):
+    _run(tmp_path, TORCH_TPU_CACHE_MAX_BYTES="1")
+    # Eviction runs every 32 writes and keeps the directory under the limit after it.
+    assert len(glob.glob(str(tmp_path / "*" / "*.bin"))) <= 32
+    code = "import torch_tpu; print(torch_tpu.cache.clear())"
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    removed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(removed.stdout.strip()) >= 1
+    assert not glob.glob(str(tmp_path / "*" / "*.bin"))
+
+
+def test_recompilation_is_counted_with_its_reason():
+    torch_tpu.metrics.reset()
+    a = torch.ones(3, 5, device="tpu")
+    (a * 2).cpu()
+    (torch.ones(4, 5, device="tpu") * 2).cpu()
+    m = torch_tpu.metrics()
+    assert m["recompilations"] >= 1
+    reasons = [r for r in m["recompile_reasons"] if r.startswith("aten::mul.Tensor")]
+    assert reasons and "argument 'self'" in reasons[0] and "[3, 5]" in reasons[0] and "[4, 5]" in reasons[0]
+
+
+def test_metrics_cli_prints_counters():
+    out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics"], capture_output=True, text=True, check=True)
+    assert "programs_compiled" in out.stdout and "cpu_fallbacks" in out.stdout

@@ -1,0 +1,1 @@
+"""Helpers for running other projects' test suites on the tpu device."""
