@@ -65,8 +65,9 @@ def main():
     ]
     if args.no_inductor:
         setups.pop()
-    # Everything is built (and compiled) first; then the setups take turns, one call each, so
-    # that a change in machine load affects them alike.
+    # Everything is built (and compiled) first, then measured setup by setup: taking turns call
+    # by call would make each side pay for the other's idle threads (PyTorch's OpenMP workers
+    # spin after a parallel region and take the cores the XLA CPU runtime needs).
     compile_s, runs = {}, {}
     for name, device, wrap, sync in setups:
         model = copy.deepcopy(base).to(device)
@@ -79,20 +80,20 @@ def main():
         compile_s[name] = time.perf_counter() - start
         runs[(name, "train step")] = (lambda step=step, model=model, opt=opt, ids=ids: step(model, opt, ids), sync)
         runs[(name, "forward")] = (lambda fwd=fwd, model=model, ids=ids: fwd(model, ids), sync)
-    samples = {key: [] for key in runs}
+    results = {}
     for key, (fn, sync) in runs.items():
         for _ in range(args.warmup):
             sync(fn())
-    for _ in range(args.iters):
-        for key, (fn, sync) in runs.items():
+        samples = []
+        for _ in range(args.iters):
             start = time.perf_counter()
             sync(fn())
-            samples[key].append((time.perf_counter() - start) * 1e3)
-    results = {key: statistics.median(v) for key, v in samples.items()}
+            samples.append((time.perf_counter() - start) * 1e3)
+        results[key] = statistics.median(samples)
 
     print(f"platform: {torch.tpu.get_device_name()}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
     print(f"tiny Llama (hidden 64, 2 layers, vocab 128), batch {args.batch} x seq {args.seq}, "
-          f"median of {args.iters} interleaved calls after {args.warmup} warm-up; "
+          f"median of {args.iters} calls after {args.warmup} warm-up; "
           f"load average {os.getloadavg()[0]:.1f}")
     for what in ("train step", "forward"):
         print(f"\n{what}:")

@@ -283,7 +283,8 @@ def check_out(op, sample, tol, values):
         return None
     args = (_to(sample.input, "tpu"), *(sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")))
     op(*args, **_to(sample.kwargs, "tpu"), out=out_t)
-    _compare(_resolve_ties(op, sample, out_t), _resolve_ties(op, sample, out_c), tol, values)
+    actual, expected = _process(sample, out_t), _process(sample, out_c)
+    _compare(_resolve_ties(op, sample, actual), _resolve_ties(op, sample, expected), tol, values)
     return True
 
 

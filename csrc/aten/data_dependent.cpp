@@ -165,6 +165,23 @@ void UniqueConsecutiveBoxed(const c10::OperatorHandle& op, torch::jit::Stack* st
 // Meta kernels PyTorch lacks for ops the lowering table covers: the generic kernel infers
 // result types through Meta.
 at::Tensor LogcumsumexpMeta(const at::Tensor& self, int64_t) { return at::empty_like(self); }
+// geqrf(A) -> (a, tau): a column-major like LAPACK's, tau of size min(m, n).
+std::tuple<at::Tensor, at::Tensor> GeqrfMeta(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  auto a = at::empty_like(self.mT(), at::MemoryFormat::Contiguous).mT();
+  auto tau_size = self.sizes().vec();
+  tau_size.pop_back();
+  tau_size.back() = std::min(self.size(-2), self.size(-1));
+  return {a, at::empty(tau_size, self.options())};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> GeqrfOutMeta(const at::Tensor& self, at::Tensor& a, at::Tensor& tau) {
+  auto [ra, rtau] = GeqrfMeta(self);
+  at::native::resize_output(a, ra.sizes());
+  at::native::resize_output(tau, rtau.sizes());
+  return {a, tau};
+}
+
 at::Tensor& LogcumsumexpOutMeta(const at::Tensor& self, int64_t, at::Tensor& out) {
   at::native::resize_output(out, self.sizes());
   return out;
@@ -189,6 +206,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("_logcumsumexp", LogcumsumexpMeta);
   m.impl("_logcumsumexp.out", LogcumsumexpOutMeta);
+  m.impl("geqrf", GeqrfMeta);
+  m.impl("geqrf.a", GeqrfOutMeta);
 }
 
 }  // namespace tpu::aten
