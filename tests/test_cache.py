@@ -20,7 +20,8 @@ CHILD = (
 def _run(cache_dir, **extra):
     import json
 
-    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache_dir), **extra)
+    # Per-op programs (strict) make the number of cache entries predictable in every suite mode.
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache_dir), TORCH_TPU_EAGER_MODE="strict", **extra)
     out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -53,7 +54,7 @@ def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
 
 
 def test_concurrent_processes_share_the_cache(tmp_path):
-    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_EAGER_MODE="strict")
     procs = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
     outs = [p.communicate()[0] for p in procs]

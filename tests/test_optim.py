@@ -77,6 +77,13 @@ def test_foreach_path_is_taken():
 
 
 def test_lr_change_does_not_recompile():
+    # Per-op programs (strict mode): lr is a run-time scalar. Fused graphs with changing
+    # scalars are covered in test_modes.py.
+    with torch_tpu.eager_mode("strict"):
+        _lr_change_does_not_recompile()
+
+
+def _lr_change_does_not_recompile():
     model = make_model().to(TPU)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=True)
     for lr in (0.1, 0.05):
