@@ -43,12 +43,26 @@ from . import modes as _modes  # noqa: E402
 _modes._init_from_env()
 
 
+def _autograd_threads_started():
+    """Whether PyTorch's autograd engine has started its device threads (named pt_autograd_N)."""
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().startswith("pt_autograd_"):
+                    return True
+    except OSError:
+        return True  # cannot tell: quiescing is harmless
+    return False
+
+
 def _drain_at_exit():
     # Programs still running when the interpreter exits would outlive the PJRT client's
     # threads (an abort at exit): wait for them first.
     if _C._initialized():
         try:
             _C._synchronize(-1)
+            if _autograd_threads_started():
+                _C._quiesce_autograd_threads()  # see csrc/aten/module.cpp
         except Exception:  # noqa: BLE001 - exiting anyway; the error was or will be reported
             pass
 

@@ -1,5 +1,6 @@
 // torch_tpu._C: the Python face of the C++ layers.
 #include <torch/csrc/Event.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
@@ -89,6 +90,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", [](int device) {
     py::gil_scoped_release release;
     aten::SynchronizeDevice(device);
+  });
+  // PyTorch runs tpu backward passes on one autograd thread per device. That thread drops its
+  // references to the last backward's tensors after the caller has resumed; a Python-owned
+  // tensor then needs the GIL, and a thread taking the GIL while the interpreter finalizes is
+  // ended by a forced unwind that aborts the process ("terminate called without an active
+  // exception"). A backward queued behind that work, over tensors Python never saw (a view:
+  // no program runs), returns only once the thread has finished it.
+  m.def("_quiesce_autograd_threads", [] {
+    py::gil_scoped_release release;
+    for (int i = 0; i < aten::DeviceCount(); ++i) {
+      auto options = at::TensorOptions().dtype(at::kFloat).device(aten::kTpu, static_cast<c10::DeviceIndex>(i));
+      at::Tensor x = at::empty({1}, options).set_requires_grad(true);
+      torch::autograd::grad({x.view({1})}, {x}, {at::empty({1}, options)});
+    }
   });
   m.def("_get_default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(
