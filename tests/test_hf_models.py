@@ -197,10 +197,6 @@ def test_greedy_generate_matches_cpu(models, name, cache):
     assert torch.equal(got.cpu(), want)
 
 
-@pytest.mark.xfail(reason="backend bug: x[:, :, idx] = v on tpu (aten::_index_put_impl_ with None "
-                          "entries in its indices list, via the CPU fallback) raises 'tensor does not have "
-                          "a device'; Gemma3's sliding-window StaticCache layer does exactly this once full "
-                          "when run eagerly (under torch.compile the graph handles it)", strict=True)
 def test_gemma3_static_cache_eager(models):
     cpu, tpu = models("gemma3")
     gen = {"do_sample": False, "cache_implementation": "static"}

@@ -260,6 +260,8 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
 }
 
 at::Tensor ToMeta(const at::Tensor& t) {
+  // Tensor?[] lists (index_put's indices) can hold undefined tensors for `:` slices.
+  if (!t.defined()) return t;
   if (t.device().type() != kTpu) {
     // A CPU 0-d tensor operand (not a wrapped Python number, which meta functions read as a
     // number) becomes a meta 0-d tensor: Python meta functions such as masked_fill's reject a
@@ -433,6 +435,9 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     const at::Tensor& t = call.slots[slot];
     if (call.slot_is_cpu_scalar[slot]) {
       at::ScalarType st = common != at::ScalarType::Undefined ? common : t.scalar_type();
+      // A Python number enters half-precision ops at opmath (f32) precision, as PyTorch's CPU
+      // kernels read it (lerp(x, y, 0.4) uses 0.4f, not bf16(0.4)).
+      if ((st == at::kBFloat16 || st == at::kHalf) && t.unsafeGetTensorImpl()->is_wrapped_number()) st = at::kFloat;
       program->params.push_back({ParamSource::Scalar, static_cast<int>(slot), ToElemType(st)});
       slot_values[slot] = b.Param({ToElemType(st), {}});
       continue;
@@ -450,6 +455,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
   for (const c10::Scalar& s : call.scalars) {
     if (s.isComplex()) throw lowering::Unsupported("complex scalar");
     at::ScalarType st = common != at::ScalarType::Undefined ? common : s.type();
+    if (st == at::kBFloat16 || st == at::kHalf) st = at::kFloat;  // opmath, as above
     if (!IsSupportedDtype(st)) throw lowering::Unsupported("scalar dtype");
     program->params.push_back({ParamSource::Scalar, -1 - static_cast<int>(scalar_index++), ToElemType(st)});
     scalar_values.push_back(b.Param({ToElemType(st), {}}));
@@ -1060,9 +1066,9 @@ std::string Describe(const c10::IValue& v) {
     return s.str();
   }
   if (v.isScalar()) return std::string("Scalar ") + v.tagKind();
-  if (v.isTensorList()) {
+  if (v.isTensorList() || v.isOptionalTensorList()) {  // never print tensor values: that reads the device
     std::string s = "[";
-    for (const at::Tensor& t : v.toTensorList()) s += Describe(t) + "; ";
+    for (const c10::IValue& item : v.toListRef()) s += (item.isNone() ? std::string("None") : Describe(item)) + "; ";
     return s + "]";
   }
   std::ostringstream s;
@@ -1092,6 +1098,31 @@ void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first) {
   if (!reason.empty()) GetMetrics().CountRecompile(reason);
 }
 
+// Index lists (Tensor?[], index_put's and index's indices) may live on the CPU, as on CUDA:
+// they are copied to the device of the op's tpu tensors.
+void MoveCpuIndicesToDevice(const OpEntry& e, torch::jit::Stack& stack, size_t first) {
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < e.num_args && !device; ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == kTpu) device = v.toTensor().device();
+  }
+  if (!device) return;
+  for (size_t i = 0; i < e.num_args; ++i) {
+    c10::IValue& v = stack[first + i];
+    if (!v.isOptionalTensorList()) continue;
+    bool any_cpu = false;
+    for (const c10::IValue& item : v.toListRef())
+      any_cpu |= item.isTensor() && item.toTensor().defined() && item.toTensor().device().is_cpu();
+    if (!any_cpu) continue;
+    c10::List<std::optional<at::Tensor>> moved;
+    for (const c10::IValue& item : v.toListRef()) {
+      if (item.isNone() || !item.toTensor().defined()) moved.push_back(std::nullopt);
+      else moved.push_back(item.toTensor().to(*device));
+    }
+    v = moved;
+  }
+}
+
 class GenericKernel final : public c10::OperatorKernel {
  public:
   explicit GenericKernel(std::shared_ptr<OpEntry> entry) : e_(std::move(entry)) {}
@@ -1099,6 +1130,7 @@ class GenericKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     GetMetrics().ops_dispatched++;
     size_t first = stack->size() - e_->num_args;
+    MoveCpuIndicesToDevice(*e_, *stack, first);
     Call call;
     CollectCall(*e_, *stack, first, call);
     std::shared_ptr<Program> program;
@@ -1109,6 +1141,14 @@ class GenericKernel final : public c10::OperatorKernel {
     }
     if (program) {
       GetMetrics().signature_hits++;
+      // A factory's out= size can depend on Scalar values, which the signature leaves out
+      // (arange(0, n, out=...)): for out= ops whose only tensors are the outs, out sizes are
+      // re-derived on hits too.
+      bool factory = call.slots.size() <= e_->num_outs;
+      if (e_->variant == Variant::Out && e_->num_outs > 0 && factory && !call.scalars.empty() &&
+          ResizeOuts(*e_, stack, first)) {
+        return (*this)(op, {}, stack);
+      }
     } else {
       GetMetrics().signature_misses++;
       NoteRecompile(*e_, *stack, first);
