@@ -46,7 +46,11 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-inductor", action="store_true", help="skip the Inductor baseline (slow to compile)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads for the CPU baselines (0: PyTorch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch_tpu.set_eager_mode("strict")
     ids_cpu = torch.randint(0, 128, (args.batch, args.seq), generator=torch.Generator().manual_seed(1))
     base = tiny_llama()

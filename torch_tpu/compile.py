@@ -9,6 +9,10 @@ no lowering run eagerly on tpu between compiled pieces of the graph.
 Shapes are static: every new input shape is a Dynamo recompilation (counted, with its
 reason, in torch_tpu.metrics()) and a new program. dynamic=True is refused.
 
+Nodes left to run eagerly are counted in torch_tpu.metrics()["compile_eager_nodes_by_op"] and
+warned about once per op; TORCH_TPU_STRICT=1 makes such a node an error that names it.
+TORCH_TPU_COMPILE_PARTITION=min_cut saves fewer activations for backward (recomputes them).
+
 Loaded lazily: the "tpu" name reaches Dynamo through the `torch_dynamo_backends` entry point,
 so `import torch_tpu` does not import Dynamo.
 """
@@ -667,6 +671,14 @@ def _check_static(gm, example_inputs):
 _aot_backend = None
 
 
+def _partition_fn():
+    """How AOTAutograd splits the joint graph; TORCH_TPU_COMPILE_PARTITION=default|min_cut."""
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+    choice = os.environ.get("TORCH_TPU_COMPILE_PARTITION", "default")
+    return min_cut_rematerialization_partition if choice == "min_cut" else default_partition
+
+
 def backend(gm, example_inputs, **kwargs):
     """The "tpu" Dynamo backend: AOTAutograd with core ATen decompositions, each forward,
     backward and inference graph lowered to one program (csrc/aten/graph.cpp)."""
@@ -682,6 +694,7 @@ def backend(gm, example_inputs, **kwargs):
             inference_compiler=_inference_compiler,
             decompositions=_decompositions(),
             keep_inference_input_mutations=True,
+            partition_fn=_partition_fn(),
         )
     return _aot_backend(gm, example_inputs)
 

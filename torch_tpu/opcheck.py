@@ -114,7 +114,7 @@ def _on_alarm(signum, frame):
 
 def _to(value, device):
     if isinstance(value, torch.Tensor):
-        return value.detach().to(device).requires_grad_(value.requires_grad)
+        return _same_layout_on(value.detach(), device).requires_grad_(value.requires_grad)
     if isinstance(value, (list, tuple)):
         return type(value)(_to(v, device) for v in value)
     if isinstance(value, dict):
@@ -122,6 +122,20 @@ def _to(value, device):
     if isinstance(value, torch.device) or (isinstance(value, str) and value == "cpu"):
         return torch.device(device)
     return value
+
+
+def _same_layout_on(t, device):
+    """`t` on `device` with the same storage, offset and strides, as PyTorch's device tests
+    create samples (as_strided and friends address the storage, not the view)."""
+    plain = t.layout != torch.strided or t.device.type != "cpu" or t.is_conj() or t.is_neg()
+    if plain or t.numel() == 0 or t.dim() == 0:
+        return t.to(device)
+    storage = t.untyped_storage()
+    numel = storage.nbytes() // t.element_size()
+    if t.storage_offset() == 0 and t.is_contiguous() and numel == t.numel():
+        return t.to(device)
+    base = torch.empty(0, dtype=t.dtype).set_(storage, 0, (numel,), (1,))
+    return base.to(device).as_strided(t.size(), t.stride(), t.storage_offset())
 
 
 def _tensors(value):
@@ -254,7 +268,7 @@ def check_inplace(op, sample, tol, values):
         return None
     if cpu_self.shape != sample.input.shape:
         return None  # the CPU kernel resized self (addbmm_ and friends): not an in-place sample
-    tpu_self = sample.input.detach().to("tpu")
+    tpu_self = _same_layout_on(sample.input.detach(), "tpu")
     args = sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")
     actual = fn(tpu_self, *args, **_to(sample.kwargs, "tpu"))
     if actual is not tpu_self and isinstance(expected, torch.Tensor) and expected is cpu_self:
@@ -375,25 +389,60 @@ def select_ops(ops=None):
     return [o for o in op_db if ops is None or o.name in ops or entry_name(o) in ops]
 
 
+def entries(ops=None, dtypes=("float32",), grad_dtypes=(), shard=(0, 1)):
+    """The (OpInfo, dtype, grad) entries of a sweep in a fixed order: every op's forward
+    entries, then the gradient entries; ops are dealt round-robin to `shard[1]` shards."""
+    selected = [op for i, op in enumerate(select_ops(ops)) if i % shard[1] == shard[0]]
+    out = []
+    for grad, names in ((False, dtypes), (True, grad_dtypes)):
+        for op in selected:
+            for name in names:
+                dtype = DTYPES[name]
+                if dtype not in op.supported_dtypes("cpu"):
+                    continue
+                if grad and not (op.supports_autograd and dtype.is_floating_point):
+                    continue
+                out.append((op, dtype, grad))
+    return out
+
+
+def _print(r):
+    fb = f" [{', '.join(r['fallback_ops'])}]" if r["fallback_ops"] else ""
+    print(f"{r['op']:40s} {r['dtype']:9s} {r['kind']:7s} {r['status']:8s} {r['error']}{fb}", flush=True)
+
+
 def run(ops=None, dtypes=("float32",), max_samples=4, grad=False, timeout=120, verbose=False, shard=(0, 1)):
-    selected = select_ops(ops)
-    results = []
+    """Checks the entries in this process; returns their results."""
     warnings.simplefilter("ignore")
-    for index, op in enumerate(selected):
-        if index % shard[1] != shard[0]:
-            continue
-        for name in dtypes:
-            dtype = DTYPES[name]
-            if dtype not in op.supported_dtypes("cpu"):
-                continue
-            if grad and not (op.supports_autograd and dtype.is_floating_point):
-                continue
-            r = check_op(op, dtype, max_samples, grad, timeout)
-            results.append(r)
-            if verbose:
-                fb = f" [{', '.join(r['fallback_ops'])}]" if r["fallback_ops"] else ""
-                print(f"{r['op']:40s} {r['dtype']:9s} {r['kind']:7s} {r['status']:8s} {r['error']}{fb}", flush=True)
+    results = []
+    for op, dtype, g in entries(ops, [] if grad else dtypes, dtypes if grad else [], shard):
+        results.append(check_op(op, dtype, max_samples, g, timeout))
+        if verbose:
+            _print(results[-1])
     return results
+
+
+def _worker(a):
+    """One shard, from entry `--skip` on, each result appended to the --jsonl file as it ends
+    (after a {"start": i} record), so a crash loses only the entry that crashed."""
+    warnings.simplefilter("ignore")
+    ops = set(a.ops.split(",")) if a.ops else None
+    shard = tuple(int(x) for x in a.shard.split("/"))
+    dtypes = a.dtypes.split(",")
+    grad_dtypes = [d for d in a.grad_dtypes.split(",") if d in dtypes] if a.grad else []
+    todo = entries(ops, dtypes, grad_dtypes, shard)
+    with open(a.jsonl, "a") as f:
+        for i in range(a.skip, len(todo)):
+            op, dtype, grad = todo[i]
+            f.write(json.dumps({"start": i, "op": entry_name(op), "dtype": str(dtype).replace("torch.", ""),
+                                "kind": "grad" if grad else "forward"}) + "\n")
+            f.flush()
+            r = check_op(op, dtype, a.samples, grad, a.timeout)
+            f.write(json.dumps(r) + "\n")
+            f.flush()
+            if a.verbose:
+                _print(r)
+    return 0
 
 
 def summarize(results):
@@ -427,25 +476,52 @@ def print_table(results, wall, file=sys.stdout):
 
 
 def _run_workers(argv, workers):
-    """Runs the sweep in `workers` processes (ops dealt round-robin) and merges their JSON."""
-    procs, files = [], []
-    for i in range(workers):
-        f = tempfile.NamedTemporaryFile(suffix=".json", delete=False)
-        f.close()
-        files.append(f.name)
-        cmd = [sys.executable, "-m", "torch_tpu.opcheck", *argv, "--shard", f"{i}/{workers}", "--json", f.name,
-               "--quiet"]
-        procs.append(subprocess.Popen(cmd))
+    """Runs the sweep in `workers` processes (ops dealt round-robin) and merges their results.
+    A worker that crashes (a fatal error in native code) is restarted after the entry it was
+    running, which is recorded as a failure."""
     results = []
-    for p, name in zip(procs, files):
-        p.wait()
+
+    def shard(i):
+        path = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
+        skip, out = 0, []
         try:
-            with open(name) as fh:
-                results += json.load(fh)["results"]
-        except (OSError, ValueError):
-            print(f"opcheck: a worker failed (exit {p.returncode})", file=sys.stderr)
+            while True:
+                cmd = [sys.executable, "-m", "torch_tpu.opcheck", *argv, "--shard", f"{i}/{workers}", "--jsonl", path,
+                       "--skip", str(skip)]
+                code = subprocess.call(cmd)
+                started, done = None, []
+                with open(path) as fh:
+                    for line in fh:
+                        rec = json.loads(line)
+                        if "start" in rec:
+                            started = rec
+                        else:
+                            done.append(rec)
+                            started = None
+                out = done
+                if code == 0 or started is None:
+                    if code != 0:
+                        print(f"opcheck: shard {i} exited with {code}", file=sys.stderr)
+                    return out
+                crashed = dict(started, status="fail", samples=0, variants=[], fallback_ops=[], seconds=0.0,
+                               compile_s=0.0, error=f"crashed the process (exit {code})")
+                del crashed["start"]
+                with open(path, "a") as fh:
+                    fh.write(json.dumps(crashed) + "\n")
+                skip = started["start"] + 1
         finally:
-            os.unlink(name)
+            os.unlink(path)
+
+    import threading
+
+    shards = [None] * workers
+    threads = [threading.Thread(target=lambda i=i: shards.__setitem__(i, shard(i))) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in shards:
+        results += s or []
     return results
 
 
@@ -473,42 +549,34 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=120, help="seconds per (op, dtype) entry")
     p.add_argument("--workers", type=int, default=1, help="processes to spread the ops over")
     p.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
-    p.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--jsonl", help=argparse.SUPPRESS)  # worker mode: results as JSON lines
+    p.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--json", help="write every result to this file")
     p.add_argument("--check-known", action="store_true",
                    help="compare with tests/opinfo_known_failures.txt; exit 1 on any discrepancy")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
+    if a.jsonl:
+        return _worker(a)
     start = time.time()
-    if a.workers > 1:
-        argv = [x for x in (argv if argv is not None else sys.argv[1:])]
-        forward = []
-        skip = False
-        for x in argv:  # drop --workers/--json from what the workers get
-            if skip:
-                skip = False
-                continue
-            if x in ("--workers", "--json", "--check-known"):
-                skip = x != "--check-known"
-                continue
-            if x.startswith(("--workers=", "--json=")):
-                continue
-            forward.append(x)
-        results = _run_workers(forward, a.workers)
-    else:
-        ops = set(a.ops.split(",")) if a.ops else None
-        shard = tuple(int(x) for x in a.shard.split("/"))
-        results = run(ops, a.dtypes.split(","), a.samples, False, a.timeout, a.verbose, shard)
-        if a.grad:
-            grad_dtypes = [d for d in a.grad_dtypes.split(",") if d in a.dtypes.split(",")]
-            results += run(ops, grad_dtypes, a.samples, True, a.timeout, a.verbose, shard)
+    forward, skip = [], False
+    for x in (argv if argv is not None else sys.argv[1:]):  # what the workers get: no --workers/--json
+        if skip:
+            skip = False
+            continue
+        if x in ("--workers", "--json", "--check-known"):
+            skip = x != "--check-known"
+            continue
+        if x.startswith(("--workers=", "--json=")):
+            continue
+        forward.append(x)
+    results = _run_workers(forward, max(a.workers, 1))
     wall = time.time() - start
-    if not a.quiet:
-        print_table(results, wall)
+    print_table(results, wall)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": results, "wall_s": wall}, f, indent=1)
-    if a.check_known and not a.quiet:
+    if a.check_known:
         return 1 if check_known(results, load_known_failures()) else 0
     return 0
 

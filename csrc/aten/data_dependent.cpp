@@ -1,5 +1,5 @@
 // Ops whose result size depends on the data (nonzero, masked_select, boolean-mask indexing,
-// unique, repeat_interleave without output_size). No Meta kernel can size their outputs, so they are
+// unique, repeat_interleave without output_size, least squares residuals). No Meta kernel can size their outputs, so they are
 // native kernels here: a lowered op counts on the device, the host reads the count (a
 // synchronisation point, as on CUDA), then lowered ops of known size compute the result.
 #include <ATen/ATen.h>
@@ -104,6 +104,28 @@ at::Tensor RepeatInterleave(const at::Tensor& repeats, std::optional<c10::SymInt
   return at::searchsorted(totals, positions, repeats.scalar_type() == at::kInt, /*right=*/true);
 }
 
+// bincount(self, weights, minlength): counts (or summed weights) of each value in
+// [0, max(self)]: the size is max(max(self) + 1, minlength), read on the host.
+at::Tensor Bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights, int64_t minlength) {
+  TORCH_CHECK(self.dim() == 1 && at::isIntegralType(self.scalar_type(), false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  bool has_w = weights.has_value() && weights->defined();
+  TORCH_CHECK(!has_w || (weights->dim() == 1 && weights->size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  int64_t n = minlength;
+  if (self.numel() > 0) {
+    auto [lo, hi] = at::aminmax(self);
+    TORCH_CHECK(lo.item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    n = std::max(n, hi.item<int64_t>() + 1);
+  }
+  at::ScalarType dtype = has_w ? (weights->scalar_type() == at::kFloat ? at::kFloat : at::kDouble) : at::kLong;
+  at::Tensor out = at::zeros({n}, self.options().dtype(dtype));
+  if (self.numel() == 0) return out;
+  at::Tensor src = has_w ? weights->to(dtype) : at::ones({self.size(0)}, out.options());
+  return out.scatter_add(0, self.to(at::kLong), src);
+}
+
 // equal(self, other): same size and every element equal (a host bool, hence a sync).
 bool Equal(const at::Tensor& self, const at::Tensor& other) {
   TORCH_CHECK(self.device() == other.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
@@ -162,6 +184,64 @@ void UniqueConsecutiveBoxed(const c10::OperatorHandle& op, torch::jit::Stack* st
   stack->emplace_back(return_counts ? counts : at::empty({0}, long_opts));
 }
 
+// linalg_lstsq(A, B, rcond, driver) -> (solution, residuals, rank, singular_values), as the
+// CPU's LAPACK drivers shape them: gels solves through QR (full rank assumed) and reports no
+// rank; gelsy also reports the rank; gelsd/gelss solve through the SVD (rcond cuts small
+// singular values) and return them. Residuals (squared, per column) exist for tall A when
+// the driver is not gelsy and every matrix has full rank: a data-dependent size (a sync).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> Lstsq(const at::Tensor& A, const at::Tensor& B,
+                                                                 std::optional<double> rcond,
+                                                                 std::optional<c10::string_view> driver_opt) {
+  TORCH_CHECK(A.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
+  std::string driver = driver_opt.has_value() ? std::string(*driver_opt) : "gelsy";
+  TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  bool vector = B.dim() == A.dim() - 1;
+  at::Tensor b = vector ? B.unsqueeze(-1) : B;
+  int64_t m = A.size(-2), n = A.size(-1);
+  auto batch = A.sizes().slice(0, A.dim() - 2).vec();
+  auto opts = A.options();
+  double cut = rcond.has_value() ? *rcond : std::numeric_limits<float>::epsilon() * std::max(m, n);
+  if (A.scalar_type() == at::kDouble && !rcond.has_value()) cut = std::numeric_limits<double>::epsilon() * std::max(m, n);
+  at::Tensor x, sv = at::empty({0}, opts), rank = at::empty({0}, opts.dtype(at::kLong));
+  bool svd_driver = driver == "gelsd" || driver == "gelss";
+  if (svd_driver) {
+    auto [U, S, Vh] = at::linalg_svd(A, /*full_matrices=*/false);
+    at::Tensor keep = at::gt(S, at::mul(S.amax(-1, true), cut));
+    at::Tensor inv = at::where(keep, at::reciprocal(S), at::zeros_like(S));
+    x = at::matmul(Vh.mH(), at::mul(inv.unsqueeze(-1), at::matmul(U.mH(), b)));
+    sv = S;
+    rank = keep.sum(-1);
+  } else if (m >= n) {
+    auto [Q, Rm] = at::linalg_qr(A, "reduced");
+    x = at::linalg_solve_triangular(Rm, at::matmul(Q.mH(), b), /*upper=*/true);
+  } else {  // minimum-norm solution from the QR of A^H
+    auto [Q, Rm] = at::linalg_qr(A.mH(), "reduced");
+    x = at::matmul(Q, at::linalg_solve_triangular(Rm.mH(), b, /*upper=*/false));
+  }
+  if (driver == "gelsy") rank = at::full(batch, std::min(m, n), opts.dtype(at::kLong));
+  at::Tensor residuals = at::empty({0}, opts);
+  bool full_rank = !svd_driver || at::all(at::eq(rank, n)).item<bool>();
+  if (m > n && driver != "gelsy" && full_rank) {
+    at::Tensor r = at::sub(at::matmul(A, x), b);
+    residuals = at::mul(r, r).sum(-2);
+    if (vector) residuals = residuals.squeeze(-1);
+  }
+  if (vector) x = x.squeeze(-1);
+  return {x, residuals, rank, sv};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> LstsqOut(
+    const at::Tensor& A, const at::Tensor& B, std::optional<double> rcond, std::optional<c10::string_view> driver,
+    at::Tensor& solution, at::Tensor& residuals, at::Tensor& rank, at::Tensor& singular_values) {
+  auto [x, res, rk, sv] = Lstsq(A, B, rcond, driver);
+  OutOf(x, solution);
+  OutOf(res, residuals);
+  OutOf(rk, rank);
+  OutOf(sv, singular_values);
+  return {solution, residuals, rank, singular_values};
+}
+
 // Meta kernels PyTorch lacks for ops the lowering table covers: the generic kernel infers
 // result types through Meta.
 at::Tensor LogcumsumexpMeta(const at::Tensor& self, int64_t) { return at::empty_like(self); }
@@ -182,6 +262,49 @@ std::tuple<at::Tensor&, at::Tensor&> GeqrfOutMeta(const at::Tensor& self, at::Te
   return {a, tau};
 }
 
+// Histograms: hist has one entry per bin, edges one more.
+std::tuple<at::Tensor, at::Tensor> HistogramBinsMeta(const at::Tensor& self, int64_t bins, std::optional<at::ArrayRef<double>>,
+                                                     const std::optional<at::Tensor>&, bool) {
+  TORCH_CHECK(bins > 0, "histogram(): bins must be > 0, but got ", bins, " for dimension 0");
+  return {at::empty({bins}, self.options()), at::empty({bins + 1}, self.options())};
+}
+std::tuple<at::Tensor&, at::Tensor&> HistogramBinsOutMeta(const at::Tensor& self, int64_t bins,
+                                                          std::optional<at::ArrayRef<double>> range,
+                                                          const std::optional<at::Tensor>& weight, bool density,
+                                                          at::Tensor& hist, at::Tensor& edges) {
+  auto [h, e] = HistogramBinsMeta(self, bins, range, weight, density);
+  at::native::resize_output(hist, h.sizes());
+  at::native::resize_output(edges, e.sizes());
+  return {hist, edges};
+}
+std::tuple<at::Tensor, at::Tensor> HistogramEdgesMeta(const at::Tensor& self, const at::Tensor& bins,
+                                                      const std::optional<at::Tensor>&, bool) {
+  return {at::empty({std::max<int64_t>(bins.numel() - 1, 0)}, self.options()), at::empty_like(bins)};
+}
+std::tuple<at::Tensor&, at::Tensor&> HistogramEdgesOutMeta(const at::Tensor& self, const at::Tensor& bins,
+                                                           const std::optional<at::Tensor>& weight, bool density,
+                                                           at::Tensor& hist, at::Tensor& edges) {
+  auto [h, e] = HistogramEdgesMeta(self, bins, weight, density);
+  at::native::resize_output(hist, h.sizes());
+  at::native::resize_output(edges, e.sizes());
+  return {hist, edges};
+}
+std::vector<at::Tensor> HistogramddEdgesMeta(const at::Tensor& self, at::IntArrayRef bins,
+                                             std::optional<at::ArrayRef<double>>, const std::optional<at::Tensor>&, bool) {
+  std::vector<at::Tensor> edges;
+  for (int64_t b : bins) edges.push_back(at::empty({b + 1}, self.options()));
+  return edges;
+}
+at::Tensor HistogramddCountsMeta(const at::Tensor& self, at::IntArrayRef bins, std::optional<at::ArrayRef<double>>,
+                                 const std::optional<at::Tensor>&, bool) {
+  return at::empty(bins, self.options());
+}
+at::Tensor HistogramddTensorsMeta(const at::Tensor& self, at::TensorList bins, const std::optional<at::Tensor>&, bool) {
+  std::vector<int64_t> sizes;
+  for (const at::Tensor& b : bins) sizes.push_back(std::max<int64_t>(b.numel() - 1, 0));
+  return at::empty(sizes, self.options());
+}
+
 at::Tensor& LogcumsumexpOutMeta(const at::Tensor& self, int64_t, at::Tensor& out) {
   at::native::resize_output(out, self.sizes());
   return out;
@@ -190,9 +313,12 @@ at::Tensor& LogcumsumexpOutMeta(const at::Tensor& self, int64_t, at::Tensor& out
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("bincount", Bincount);
   m.impl("equal", Equal);
   m.impl("index.Tensor", Index);
   m.impl("index.Tensor_out", IndexOut);
+  m.impl("linalg_lstsq", Lstsq);
+  m.impl("linalg_lstsq.out", LstsqOut);
   m.impl("masked_select", MaskedSelect);
   m.impl("masked_select.out", MaskedSelectOut);
   m.impl("nonzero", Nonzero);
@@ -207,6 +333,13 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("_logcumsumexp", LogcumsumexpMeta);
   m.impl("_logcumsumexp.out", LogcumsumexpOutMeta);
   m.impl("geqrf", GeqrfMeta);
+  m.impl("histogram.bin_ct", HistogramBinsMeta);
+  m.impl("histogram.bin_ct_out", HistogramBinsOutMeta);
+  m.impl("histogram.bins_tensor", HistogramEdgesMeta);
+  m.impl("histogram.bins_tensor_out", HistogramEdgesOutMeta);
+  m.impl("_histogramdd_bin_edges", HistogramddEdgesMeta);
+  m.impl("_histogramdd_from_bin_cts", HistogramddCountsMeta);
+  m.impl("_histogramdd_from_bin_tensors", HistogramddTensorsMeta);
   m.impl("geqrf.a", GeqrfOutMeta);
 }
 

@@ -79,7 +79,12 @@ std::vector<Value> LowerErfInv(Ctx& ctx, const Args& a) {
 // Integer abs/neg/sign keep the integer type (no opmath).
 template <const char* Op>
 std::vector<Value> LowerUnaryKeepType(Ctx& ctx, const Args& a) {
+  if (IsComplex(a.tensor(0).type.elem) && !IsComplex(ctx.out().elem)) {  // abs of complex: the modulus
+    Value x = a.tensor(0);
+    return {ConvertTo(ctx, ctx.b.Op1(Op, {x}, {x.type.elem == ElemType::C64 ? ElemType::F32 : ElemType::F64, x.type.dims}), ctx.out().elem)};
+  }
   if (IsFloat(ctx.out().elem)) return LowerUnary<Op>(ctx, a);
+  if (ctx.out().elem == ElemType::Pred) return {CastTo(ctx, a.tensor(0), ctx.out())};  // abs/sign of bool: itself
   return {Apply(ctx, Op, CastTo(ctx, a.tensor(0), ctx.out()))};
 }
 
@@ -742,7 +747,12 @@ std::vector<Value> LowerMvlgamma(Ctx& ctx, const Args& a) {
 
 // angle(x) for real x: pi below zero, 0 otherwise, NaN kept.
 std::vector<Value> LowerAngle(Ctx& ctx, const Args& a) {
-  if (IsComplex(a.tensor(0).type.elem)) throw Unsupported("angle of a complex tensor");
+  if (IsComplex(a.tensor(0).type.elem)) {  // atan2(imag, real)
+    Value z = a.tensor(0);
+    TensorType part{z.type.elem == ElemType::C64 ? ElemType::F32 : ElemType::F64, z.type.dims};
+    Value re = ctx.b.Op1("stablehlo.real", {z}, part), im = ctx.b.Op1("stablehlo.imag", {z}, part);
+    return Result(ctx, Apply(ctx, kAtan2, im, re));
+  }
   Value x = Operand(ctx, a, 0);
   Value r = ctx.b.Select(ctx.b.Compare(Cmp::LT, x, Const(ctx, 0, x)), Const(ctx, M_PI, x), Const(ctx, 0, x));
   return Result(ctx, ctx.b.Select(IsNan(ctx, x), x, r));
@@ -799,6 +809,45 @@ std::vector<Value> LowerIsin(Ctx& ctx, const Args& a) {
   return {invert ? Not(ctx, any) : any};
 }
 
+// bitwise_left_shift / bitwise_right_shift: shifts of the bit width or more (or negative) give
+// 0, or the sign fill for an arithmetic right shift, which is StableHLO's rule too.
+template <bool kLeft>
+std::vector<Value> LowerShift(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  const char* op = kLeft ? "shift_left" : IsUnsigned(t.elem) ? "shift_right_logical" : "shift_right_arithmetic";
+  return {ctx.b.Binary(op, x, y)};
+}
+
+// gcd(a, b) by Euclid's algorithm (a loop until every remainder is 0), non-negative.
+Value Gcd(Ctx& ctx, Value x, Value y) {
+  auto out = While(
+      ctx, {Apply(ctx, kAbs, x), Apply(ctx, kAbs, y)},
+      [&](const std::vector<Value>& v) { return AnyTrue(ctx, ctx.b.Compare(Cmp::NE, v[1], Const(ctx, 0, v[1]))); },
+      [&](const std::vector<Value>& v) {
+        Value zero = ctx.b.Compare(Cmp::EQ, v[1], Const(ctx, 0, v[1]));
+        Value safe = ctx.b.Select(zero, Const(ctx, 1, v[1]), v[1]);
+        Value r = ctx.b.Binary("remainder", v[0], safe);
+        return std::vector<Value>{ctx.b.Select(zero, v[0], v[1]), ctx.b.Select(zero, v[1], r)};
+      });
+  return out[0];
+}
+
+std::vector<Value> LowerGcd(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  return {Gcd(ctx, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t))};
+}
+
+// lcm(a, b) = |a / gcd(a, b) * b|, 0 when gcd is 0.
+std::vector<Value> LowerLcm(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  Value g = Gcd(ctx, x, y);
+  Value zero = ctx.b.Compare(Cmp::EQ, g, Const(ctx, 0, g));
+  Value r = Apply(ctx, kAbs, Mul(ctx, Div(ctx, x, ctx.b.Select(zero, Const(ctx, 1, g), g)), y));
+  return {ctx.b.Select(zero, Const(ctx, 0, g), r)};
+}
+
 // complex(real, imag) and polar(abs, angle) = abs * (cos angle + i sin angle).
 std::vector<Value> LowerComplex(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
@@ -826,6 +875,7 @@ std::vector<Value> LowerConjPhysical(Ctx& ctx, const Args& a) {
 
 }  // namespace
 
+TPU_LOWERING("aten::_conj_physical", LowerConjPhysical);
 TPU_LOWERING("aten::abs", LowerUnaryKeepType<kAbs>);
 TPU_LOWERING("aten::acos", LowerUnary<kAcos>);
 TPU_LOWERING("aten::acosh", LowerUnary<kAcosh>);
@@ -833,14 +883,17 @@ TPU_LOWERING("aten::add.Scalar", LowerAddSub<kAdd>);
 TPU_LOWERING("aten::add.Tensor", LowerAddSub<kAdd>);
 TPU_LOWERING("aten::addcdiv", LowerAddcOp<true>);
 TPU_LOWERING("aten::addcmul", LowerAddcOp<false>);
+TPU_LOWERING("aten::angle", LowerAngle);
 TPU_LOWERING("aten::asin", LowerUnary<kAsin>);
 TPU_LOWERING("aten::asinh", LowerUnary<kAsinh>);
 TPU_LOWERING("aten::atan", LowerUnary<kAtan>);
 TPU_LOWERING("aten::atan2", LowerBinary<kAtan2>);
 TPU_LOWERING("aten::atanh", LowerUnary<kAtanh>);
 TPU_LOWERING("aten::bitwise_and.Tensor", LowerBitwise<kAnd>);
+TPU_LOWERING("aten::bitwise_left_shift.Tensor", LowerShift<true>);
 TPU_LOWERING("aten::bitwise_not", LowerBitwiseNot);
 TPU_LOWERING("aten::bitwise_or.Tensor", LowerBitwise<kOr>);
+TPU_LOWERING("aten::bitwise_right_shift.Tensor", LowerShift<false>);
 TPU_LOWERING("aten::bitwise_xor.Tensor", LowerBitwise<kXor>);
 TPU_LOWERING("aten::ceil", LowerRounding<kCeil>);
 TPU_LOWERING("aten::clamp", LowerClampRule);
@@ -849,6 +902,10 @@ TPU_LOWERING("aten::clamp_max", LowerClampMax);
 TPU_LOWERING("aten::clamp_max.Tensor", LowerClampMax);
 TPU_LOWERING("aten::clamp_min", LowerClampMin);
 TPU_LOWERING("aten::clamp_min.Tensor", LowerClampMin);
+TPU_LOWERING("aten::complex", LowerComplex);
+TPU_LOWERING("aten::conj_physical.out", LowerConjPhysical);
+TPU_LOWERING("aten::copysign.Scalar", LowerCopysign);
+TPU_LOWERING("aten::copysign.Tensor", LowerCopysign);
 TPU_LOWERING("aten::cos", LowerUnary<kCos>);
 TPU_LOWERING("aten::cosh", LowerUnary<kCosh>);
 TPU_LOWERING("aten::digamma", LowerDigamma);
@@ -859,8 +916,10 @@ TPU_LOWERING("aten::div.Tensor_mode", LowerDiv);
 TPU_LOWERING("aten::eq.Scalar", LowerCompare<Cmp::EQ>);
 TPU_LOWERING("aten::eq.Tensor", LowerCompare<Cmp::EQ>);
 TPU_LOWERING("aten::erf", LowerUnary<kErf>);
+TPU_LOWERING("aten::erfc", LowerUnary<kErfc>);
 TPU_LOWERING("aten::erfinv", LowerErfInv);
 TPU_LOWERING("aten::exp", LowerUnary<kExp>);
+TPU_LOWERING("aten::exp2", LowerExp2);
 TPU_LOWERING("aten::expm1", LowerUnary<kExpm1>);
 TPU_LOWERING("aten::fill.Scalar", LowerFill);
 TPU_LOWERING("aten::fill.Tensor", LowerFill);
@@ -872,6 +931,9 @@ TPU_LOWERING("aten::fmax", LowerFMinMax<true>);
 TPU_LOWERING("aten::fmin", LowerFMinMax<false>);
 TPU_LOWERING("aten::fmod.Scalar", LowerFmod);
 TPU_LOWERING("aten::fmod.Tensor", LowerFmod);
+TPU_LOWERING("aten::frac", LowerFrac);
+TPU_LOWERING("aten::frexp.Tensor", LowerFrexp);
+TPU_LOWERING("aten::gcd", LowerGcd);
 TPU_LOWERING("aten::ge.Scalar", LowerCompare<Cmp::GE>);
 TPU_LOWERING("aten::ge.Tensor", LowerCompare<Cmp::GE>);
 TPU_LOWERING("aten::gelu", LowerGelu);
@@ -879,10 +941,16 @@ TPU_LOWERING("aten::gelu_backward", LowerGeluBackward);
 TPU_LOWERING("aten::gt.Scalar", LowerCompare<Cmp::GT>);
 TPU_LOWERING("aten::gt.Tensor", LowerCompare<Cmp::GT>);
 TPU_LOWERING("aten::hardtanh", LowerHardtanh);
+TPU_LOWERING("aten::heaviside", LowerHeaviside);
+TPU_LOWERING("aten::hypot", LowerHypot);
+TPU_LOWERING("aten::i0", LowerI0);
 TPU_LOWERING("aten::isin.Scalar_Tensor", LowerIsin);
 TPU_LOWERING("aten::isin.Tensor_Scalar", LowerIsin);
 TPU_LOWERING("aten::isin.Tensor_Tensor", LowerIsin);
 TPU_LOWERING("aten::isnan", LowerIsNan);
+TPU_LOWERING("aten::isneginf", LowerIsInf<false>);
+TPU_LOWERING("aten::isposinf", LowerIsInf<true>);
+TPU_LOWERING("aten::lcm", LowerLcm);
 TPU_LOWERING("aten::le.Scalar", LowerCompare<Cmp::LE>);
 TPU_LOWERING("aten::le.Tensor", LowerCompare<Cmp::LE>);
 TPU_LOWERING("aten::leaky_relu", LowerLeakyRelu);
@@ -890,40 +958,64 @@ TPU_LOWERING("aten::lerp.Scalar", LowerLerp);
 TPU_LOWERING("aten::lerp.Tensor", LowerLerp);
 TPU_LOWERING("aten::lgamma", LowerUnary<kLgamma>);
 TPU_LOWERING("aten::log", LowerUnary<kLog>);
+TPU_LOWERING("aten::log10", LowerLogBase<10>);
 TPU_LOWERING("aten::log1p", LowerUnary<kLog1p>);
+TPU_LOWERING("aten::log2", LowerLogBase<2>);
+TPU_LOWERING("aten::logaddexp", LowerLogAddExp);
+TPU_LOWERING("aten::logaddexp2", LowerLogAddExp2);
 TPU_LOWERING("aten::logical_and", LowerLogical<kAnd>);
 TPU_LOWERING("aten::logical_not", LowerLogicalNot);
 TPU_LOWERING("aten::logical_or", LowerLogical<kOr>);
 TPU_LOWERING("aten::logical_xor", LowerLogical<kXor>);
+TPU_LOWERING("aten::logit", LowerLogit);
+TPU_LOWERING("aten::logit_backward", LowerLogitBackward);
 TPU_LOWERING("aten::lt.Scalar", LowerCompare<Cmp::LT>);
 TPU_LOWERING("aten::lt.Tensor", LowerCompare<Cmp::LT>);
 TPU_LOWERING("aten::maximum", LowerMinMax<true>);
 TPU_LOWERING("aten::minimum", LowerMinMax<false>);
 TPU_LOWERING("aten::mul.Scalar", LowerMul);
 TPU_LOWERING("aten::mul.Tensor", LowerMul);
+TPU_LOWERING("aten::mvlgamma", LowerMvlgamma);
+TPU_LOWERING("aten::nan_to_num", LowerNanToNum);
 TPU_LOWERING("aten::ne.Scalar", LowerCompare<Cmp::NE>);
 TPU_LOWERING("aten::ne.Tensor", LowerCompare<Cmp::NE>);
 TPU_LOWERING("aten::neg", LowerUnaryKeepType<kNeg>);
+TPU_LOWERING("aten::nextafter", LowerNextafter);
+TPU_LOWERING("aten::polar", LowerPolar);
+TPU_LOWERING("aten::polygamma", LowerPolygamma);
+TPU_LOWERING("aten::polygamma_", LowerPolygammaInplace);
 TPU_LOWERING("aten::pow.Scalar", LowerPow);
 TPU_LOWERING("aten::pow.Tensor_Scalar", LowerPow);
 TPU_LOWERING("aten::pow.Tensor_Tensor", LowerPow);
+TPU_LOWERING("aten::pow_.Scalar", LowerPow);  // pow_(self, Scalar exponent), not pow.Scalar's twin
 TPU_LOWERING("aten::reciprocal", LowerReciprocal);
 TPU_LOWERING("aten::relu", LowerRelu);
 TPU_LOWERING("aten::remainder.Scalar", LowerRemainder);
 TPU_LOWERING("aten::remainder.Scalar_Tensor", LowerRemainder);
 TPU_LOWERING("aten::remainder.Tensor", LowerRemainder);
 TPU_LOWERING("aten::round", LowerRounding<kRound>);
+TPU_LOWERING("aten::round.decimals", LowerRoundDecimals);
 TPU_LOWERING("aten::rsqrt", LowerUnary<kRsqrt>);
 TPU_LOWERING("aten::rsub.Scalar", LowerRsub);
 TPU_LOWERING("aten::rsub.Tensor", LowerRsub);
+TPU_LOWERING("aten::sgn", LowerUnaryKeepType<kSign>);  // sgn is sign on real types
 TPU_LOWERING("aten::sigmoid", LowerUnary<kSigmoid>);
 TPU_LOWERING("aten::sigmoid_backward", LowerSigmoidBackward);
-TPU_LOWERING("aten::sgn", LowerUnaryKeepType<kSign>);  // sgn is sign on real types
 TPU_LOWERING("aten::sign", LowerUnaryKeepType<kSign>);
+TPU_LOWERING("aten::signbit", LowerSignbit);
 TPU_LOWERING("aten::silu", LowerSilu);
 TPU_LOWERING("aten::silu_backward", LowerSiluBackward);
 TPU_LOWERING("aten::sin", LowerUnary<kSin>);
+TPU_LOWERING("aten::sinc", LowerSinc);
 TPU_LOWERING("aten::sinh", LowerUnary<kSinh>);
+TPU_LOWERING("aten::special_entr", LowerEntr);
+TPU_LOWERING("aten::special_i0e", LowerI0e);
+TPU_LOWERING("aten::special_i1", LowerI1);
+TPU_LOWERING("aten::special_i1e", LowerUnary<kI1e>);
+TPU_LOWERING("aten::special_modified_bessel_i0", LowerI0);
+TPU_LOWERING("aten::special_modified_bessel_i1", LowerI1);
+TPU_LOWERING("aten::special_xlog1py", LowerXLogY<kLog1p>);
+TPU_LOWERING("aten::special_zeta", LowerZeta);
 TPU_LOWERING("aten::sqrt", LowerUnary<kSqrt>);
 TPU_LOWERING("aten::sub.Scalar", LowerAddSub<kSub>);
 TPU_LOWERING("aten::sub.Tensor", LowerAddSub<kSub>);
@@ -934,44 +1026,8 @@ TPU_LOWERING("aten::threshold", LowerThreshold);
 TPU_LOWERING("aten::threshold_backward", LowerThresholdBackward);
 TPU_LOWERING("aten::trunc", LowerTrunc);
 TPU_LOWERING("aten::where.self", LowerWhere);
-TPU_LOWERING("aten::zero", LowerZero);
-TPU_LOWERING("aten::angle", LowerAngle);
-TPU_LOWERING("aten::complex", LowerComplex);
-TPU_LOWERING("aten::conj_physical", LowerConjPhysical);
-TPU_LOWERING("aten::copysign.Scalar", LowerCopysign);
-TPU_LOWERING("aten::copysign.Tensor", LowerCopysign);
-TPU_LOWERING("aten::erfc", LowerUnary<kErfc>);
-TPU_LOWERING("aten::exp2", LowerExp2);
-TPU_LOWERING("aten::frac", LowerFrac);
-TPU_LOWERING("aten::frexp.Tensor", LowerFrexp);
-TPU_LOWERING("aten::heaviside", LowerHeaviside);
-TPU_LOWERING("aten::hypot", LowerHypot);
-TPU_LOWERING("aten::i0", LowerI0);
-TPU_LOWERING("aten::isneginf", LowerIsInf<false>);
-TPU_LOWERING("aten::isposinf", LowerIsInf<true>);
-TPU_LOWERING("aten::log10", LowerLogBase<10>);
-TPU_LOWERING("aten::log2", LowerLogBase<2>);
-TPU_LOWERING("aten::logaddexp", LowerLogAddExp);
-TPU_LOWERING("aten::logaddexp2", LowerLogAddExp2);
-TPU_LOWERING("aten::logit", LowerLogit);
-TPU_LOWERING("aten::logit_backward", LowerLogitBackward);
-TPU_LOWERING("aten::mvlgamma", LowerMvlgamma);
-TPU_LOWERING("aten::nan_to_num", LowerNanToNum);
-TPU_LOWERING("aten::nextafter", LowerNextafter);
-TPU_LOWERING("aten::polar", LowerPolar);
-TPU_LOWERING("aten::polygamma", LowerPolygamma);
-TPU_LOWERING("aten::polygamma_", LowerPolygammaInplace);
-TPU_LOWERING("aten::pow_.Scalar", LowerPow);  // pow_(self, Scalar exponent), not pow.Scalar's twin
-TPU_LOWERING("aten::round.decimals", LowerRoundDecimals);
-TPU_LOWERING("aten::signbit", LowerSignbit);
-TPU_LOWERING("aten::sinc", LowerSinc);
-TPU_LOWERING("aten::special_entr", LowerEntr);
-TPU_LOWERING("aten::special_i0e", LowerI0e);
-TPU_LOWERING("aten::special_i1", LowerI1);
-TPU_LOWERING("aten::special_i1e", LowerUnary<kI1e>);
-TPU_LOWERING("aten::special_xlog1py", LowerXLogY<kLog1p>);
-TPU_LOWERING("aten::special_zeta", LowerZeta);
 TPU_LOWERING("aten::xlogy.Tensor", LowerXLogY<kLog>);
+TPU_LOWERING("aten::zero", LowerZero);
 TPU_LOWERING("torch_tpu::_copy_into", LowerCopyInto);
 
 }  // namespace tpu::lowering

@@ -784,6 +784,44 @@ std::vector<Value> LowerSvd(Ctx& ctx, const Args& a) {
   return r;
 }
 
+
+// ---- matrix exponential ----
+
+// linalg_matrix_exp(A): scaling and squaring: A / 2^s has 1-norm <= 2 (s per matrix), its
+// Taylor series to degree 24 (Horner; the truncation error is below 1e-17), then s squarings
+// (each doubles the relative error, so few of them).
+std::vector<Value> LowerMatrixExp(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  ElemType e = Compute(t.elem);
+  Value A = ConvertTo(ctx, a.tensor(0), e);
+  if (t.numel() == 0) return {ctx.b.Constant(0, t)};
+  Value col_sums = ctx.b.Reduce(ctx.b.Unary("abs", A), ctx.b.Constant(0, {e, {}}), {R(A) - 2}, "add");
+  Value norm = ctx.b.Reduce(col_sums, ctx.b.Constant(0, {e, {}}), {R(col_sums) - 1}, "maximum");  // [..]
+  Value lg = ctx.b.Unary("ceil", Div(ctx, ctx.b.Unary("log", Mul(ctx, norm, ctx.b.Constant(0.5, norm.type))), ctx.b.Constant(M_LN2, norm.type)));
+  Value sf = ctx.b.Select(ctx.b.Compare(Cmp::GT, lg, Zeros(ctx, lg)), lg, Zeros(ctx, lg));
+  sf = ctx.b.Select(ctx.b.Compare(Cmp::GT, sf, ctx.b.Constant(64, sf.type)), ctx.b.Constant(64, sf.type), sf);  // inf/NaN norms
+  sf = ctx.b.Select(IsNan(ctx, sf), Zeros(ctx, sf), sf);
+  Value steps = ctx.b.Convert(sf, ElemType::S64);
+  Value scale = ctx.b.Unary("exponential", Mul(ctx, sf, ctx.b.Constant(-M_LN2, sf.type)));  // 2^-s
+  Value X = Mul(ctx, A, Bcast(ctx, scale, A.type.dims));
+  Value I = Identity(ctx, A.type);
+  Value T = I;
+  for (int k = 24; k >= 1; --k) T = Add(ctx, I, Mul(ctx, MatMul(ctx, X, T), ctx.b.Constant(1.0 / k, A.type)));
+  Value max_steps = ctx.b.Reduce(steps, Scalar64(ctx, 0), [&] {
+    std::vector<int64_t> all(R(steps));
+    for (int64_t i = 0; i < R(steps); ++i) all[i] = i;
+    return all;
+  }(), "maximum");
+  auto out = While(
+      ctx, {Scalar64(ctx, 0), T}, [&](const std::vector<Value>& v) { return ctx.b.Compare(Cmp::LT, v[0], max_steps); },
+      [&](const std::vector<Value>& v) {
+        Value go = ctx.b.Compare(Cmp::LT, Bcast(ctx, v[0], steps.type.dims), steps);
+        Value sq = MatMul(ctx, v[1], v[1]);
+        return std::vector<Value>{Add(ctx, v[0], Scalar64(ctx, 1)), ctx.b.Select(Bcast(ctx, go, v[1].type.dims), sq, v[1])};
+      });
+  return {ConvertTo(ctx, out[1], t.elem)};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::_cholesky_solve_helper", LowerCholeskySolve);
@@ -799,6 +837,7 @@ TPU_LOWERING("aten::linalg_inv_ex", LowerInvEx);
 TPU_LOWERING("aten::linalg_lu", LowerLu);
 TPU_LOWERING("aten::linalg_lu_factor_ex", LowerLuFactorEx);
 TPU_LOWERING("aten::linalg_lu_solve", LowerLuSolve);
+TPU_LOWERING("aten::linalg_matrix_exp", LowerMatrixExp);
 TPU_LOWERING("aten::linalg_qr", LowerQr);
 TPU_LOWERING("aten::linalg_solve_triangular", LowerSolveTriangular);
 TPU_LOWERING("aten::lu_unpack", LowerLuUnpack);

@@ -258,7 +258,7 @@ std::vector<Value> LowerArange(Ctx& ctx, const Args& a) {
 }
 
 // linspace.out(start, end, steps, out): the first half counts up from start, the second
-// half down from end, as PyTorch does, so both ends are exact.
+// half down from end, as PyTorch does, so both ends are exact; integers truncate.
 std::vector<Value> LowerLinspace(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
   int64_t steps = a.int_(2);
@@ -273,7 +273,6 @@ std::vector<Value> LowerLinspace(Ctx& ctx, const Args& a) {
   Value down = ctx.b.Binary("subtract", end, ctx.b.Binary("multiply", back, step));
   Value first_half = ctx.b.Compare(Cmp::LT, i, ctx.b.Constant(static_cast<double>(steps / 2), ct));
   Value r = ctx.b.Select(first_half, up, down);
-  if (!IsFloat(t.elem)) r = ctx.b.Unary("floor", r);
   return {ConvertTo(ctx, r, t.elem)};
 }
 
@@ -295,6 +294,30 @@ std::vector<Value> LowerLogspace(Ctx& ctx, const Args& a) {
   Value first_half = ctx.b.Compare(Cmp::LT, i, ctx.b.Constant(static_cast<double>(steps / 2), ct));
   Value r = ctx.b.Binary("power", base, ctx.b.Select(first_half, up, down));
   return {ConvertTo(ctx, r, t.elem)};
+}
+
+// triu_indices / tril_indices(row, col, offset): the coordinates (2 x count) of the upper
+// (lower) triangle of a row x col matrix in row-major order.
+template <bool kUpper>
+std::vector<Value> LowerTriIndices(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  int64_t rows = a.int_(0), cols = a.int_(1), offset = a.int_or(2, 0), count = t.dims[1];
+  if (count == 0) return {ctx.b.Constant(0, t)};
+  TensorType grid{ElemType::S64, {rows, cols}};
+  Value diff = ctx.b.Binary("subtract", ctx.b.Iota(grid, 1), ctx.b.Iota(grid, 0));
+  Value mask = ctx.b.Compare(kUpper ? Cmp::GE : Cmp::LE, diff, ctx.b.ConstantInt(offset, grid));
+  Value flat = ctx.b.Reshape(mask, {rows * cols});
+  Value pos = ctx.b.Select(flat, ExclusiveCount(ctx, flat), ctx.b.ConstantInt(count, {ElemType::S64, {rows * cols}}));
+  std::vector<Value> coords = {ctx.b.Reshape(ctx.b.Iota(grid, 0), {1, rows * cols}), ctx.b.Reshape(ctx.b.Iota(grid, 1), {1, rows * cols})};
+  Value updates = ctx.b.Concatenate(coords, 0);  // [2, n]
+  TensorType scalar{ElemType::S64, {}};
+  std::string region = ctx.b.Region({scalar, scalar}, [](const std::vector<Value>& v) { return std::vector<Value>{v[1]}; });
+  std::string attrs =
+      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [0], inserted_window_dims = [1], "
+      "scatter_dims_to_operand_dims = [1], index_vector_dim = 1>, indices_are_sorted = true, unique_indices = false";
+  Value out = ctx.b.Op1("stablehlo.scatter", {ctx.b.ConstantInt(0, {ElemType::S64, t.dims}), ctx.b.Reshape(pos, {rows * cols, 1}), updates},
+                        {ElemType::S64, t.dims}, attrs, region);
+  return {ConvertTo(ctx, out, t.elem)};
 }
 
 // eye: ones on the main diagonal.
@@ -328,6 +351,8 @@ TPU_LOWERING("aten::random_", LowerRandomDefault);
 TPU_LOWERING("aten::random_.from", LowerRandomFromTo);
 TPU_LOWERING("aten::random_.to", LowerRandomTo);
 TPU_LOWERING("aten::randperm.generator_out", LowerRandperm);
+TPU_LOWERING("aten::tril_indices", LowerTriIndices<false>);
+TPU_LOWERING("aten::triu_indices", LowerTriIndices<true>);
 TPU_LOWERING("aten::uniform_", LowerUniform);
 
 }  // namespace tpu::lowering

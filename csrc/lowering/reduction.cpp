@@ -306,6 +306,17 @@ std::vector<Value> LowerRenorm(Ctx& ctx, const Args& a) {
   return {ConvertTo(ctx, ctx.b.Binary("multiply", x, s), t.elem)};
 }
 
+// hash_tensor(self, dim, keepdim, mode 0): the XOR of every element's 64-bit pattern, floats
+// as float64 and integers as int64.
+std::vector<Value> LowerHashTensor(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  if (a.int_or(3, 0) != 0) throw Unsupported("hash_tensor mode");
+  Value wide = ConvertTo(ctx, x, IsFloat(x.type.elem) ? ElemType::F64 : ElemType::S64);
+  Value bits = ctx.b.BitcastConvert(wide, {ElemType::U64, x.type.dims});
+  Value r = ctx.b.Reduce(bits, ctx.b.ConstantInt(0, {ElemType::U64, {}}), ReduceDims(a, 1, x.type.rank()), "xor");
+  return {ctx.b.Reshape(r, ctx.out().dims)};
+}
+
 // histc(self, bins, min, max): counts of self in `bins` equal-width bins over [min, max]
 // (the data's min and max when both are 0); values outside are ignored, max falls in the
 // last bin. The bin is trunc((x - min) * bins / (max - min)), as PyTorch's CPU kernel.
@@ -354,17 +365,18 @@ TPU_LOWERING("aten::any.dims", LowerAnyAllDims<true>);
 TPU_LOWERING("aten::argmax", LowerArgmax<true>);
 TPU_LOWERING("aten::argmin", LowerArgmax<false>);
 TPU_LOWERING("aten::count_nonzero.dim_IntList", LowerCountNonzero);
+TPU_LOWERING("aten::hash_tensor", LowerHashTensor);
 TPU_LOWERING("aten::histc", LowerHistc);
+TPU_LOWERING("aten::linalg_vector_norm", LowerVectorNorm);
 TPU_LOWERING("aten::max", LowerMaxAll<true>);
 TPU_LOWERING("aten::max.dim", LowerMaxDim<true>);
-TPU_LOWERING("aten::linalg_vector_norm", LowerVectorNorm);
 TPU_LOWERING("aten::mean", LowerMeanAll);
 TPU_LOWERING("aten::mean.dim", LowerMeanDim);
 TPU_LOWERING("aten::min", LowerMaxAll<false>);
+TPU_LOWERING("aten::min.dim", LowerMaxDim<false>);
 TPU_LOWERING("aten::nansum", LowerNansum);
 TPU_LOWERING("aten::norm.ScalarOpt_dim", LowerNormDim);
 TPU_LOWERING("aten::norm.ScalarOpt_dim_dtype", LowerNormDim);
-TPU_LOWERING("aten::min.dim", LowerMaxDim<false>);
 TPU_LOWERING("aten::prod", LowerProdAll);
 TPU_LOWERING("aten::prod.dim_int", LowerProdDim);
 TPU_LOWERING("aten::renorm", LowerRenorm);

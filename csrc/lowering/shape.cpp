@@ -1,5 +1,5 @@
 // Ops that move data between positions: concatenation, padding, flips, rolls, triangles.
-#include "lowering.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
@@ -133,6 +133,26 @@ std::vector<Value> LowerNarrowCopy(Ctx& ctx, const Args& a) {
   return {ctx.b.Slice(x, lo, hi, ones)};
 }
 
+// unfold_backward(grad, input_sizes, dim, size, step): the windows of x.unfold(dim, size,
+// step) summed back into x's shape (overlapping windows add).
+std::vector<Value> LowerUnfoldBackward(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value g = ConvertTo(ctx, a.tensor(0), t.elem);
+  int64_t r = t.rank(), dim = WrapDim(a.int_(2), r), step = a.int_(4);
+  if (g.type.numel() == 0 || t.numel() == 0) return {ctx.b.Constant(0, t)};
+  if (r == 0) return {ctx.b.Reshape(g, {})};  // a 0-d input has one window of one element
+  std::vector<int64_t> gd = g.type.dims, cd = gd;  // grad: x's dims with windows at dim, window last
+  cd.push_back(1);
+  std::vector<Value> coords;
+  for (int64_t d = 0; d < r; ++d) {
+    Value c = ctx.b.Iota({ElemType::S64, gd}, d);
+    if (d == dim) c = Add(ctx, Mul(ctx, c, ctx.b.ConstantInt(step, c.type)), ctx.b.Iota({ElemType::S64, gd}, r));
+    coords.push_back(ctx.b.Reshape(c, cd));
+  }
+  Value idx = ctx.b.Concatenate(coords, r + 1);
+  return {ScatterPoints(ctx, ctx.b.Constant(0, t), idx, g, t.elem == ElemType::Pred ? "or" : "add")};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::cat", LowerCat);
@@ -146,5 +166,6 @@ TPU_LOWERING("aten::narrow_copy", LowerNarrowCopy);
 TPU_LOWERING("aten::roll", LowerRoll);
 TPU_LOWERING("aten::tril", LowerTri<false>);
 TPU_LOWERING("aten::triu", LowerTri<true>);
+TPU_LOWERING("aten::unfold_backward", LowerUnfoldBackward);
 
 }  // namespace tpu::lowering
