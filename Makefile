@@ -41,10 +41,10 @@ cpp-test: $(DEPS) /usr/include/gtest/gtest.h
 	$(VENV)/bin/cmake --build build/cpp
 	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure
 
-# The whole suite runs in the default (strict) eager mode and again in fused mode.
+# The whole suite runs in strict eager mode and again in the default (fused) mode.
 py-test: build
-	$(PY) -m pytest tests -q $(PYTEST_ARGS)
-	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests -q $(PYTEST_ARGS)
+	TORCH_TPU_EAGER_MODE=strict $(PY) -m pytest tests -q $(PYTEST_ARGS)
+	env -u TORCH_TPU_EAGER_MODE $(PY) -m pytest tests -q $(PYTEST_ARGS)
 
 test: cpp-test py-test
 

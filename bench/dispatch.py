@@ -1,5 +1,6 @@
 """Warm per-op latency of a small `add` on tpu next to CPU eager, in the same run, and the
-first-call compile time. Reports medians and the tpu/cpu ratio."""
+first-call compile time. Reports medians and the tpu/cpu ratio, in strict mode (one program
+per op: the dispatch path) and in fused mode (the default: ops recorded into a graph)."""
 import os
 import statistics
 import time
@@ -21,6 +22,7 @@ def per_op_us(fn, iters=2000, repeats=7):
 
 
 def main():
+    torch_tpu.set_eager_mode("strict")
     shape = (16,)
     a_cpu, b_cpu = torch.randn(shape), torch.randn(shape)
     a, b = a_cpu.to("tpu"), b_cpu.to("tpu")
@@ -48,9 +50,17 @@ def main():
 
     print(f"platform: {torch.tpu.get_device_name()}")
     print(f"first call of a new op (compile included): {first_call_ms:.1f} ms (compile {compile_s * 1e3:.1f} ms)")
-    print(f"warm add{list(shape)} dispatch: tpu {tpu_us:.1f} us/op, cpu eager {cpu_us:.1f} us/op, "
+    print(f"warm add{list(shape)} dispatch, strict mode: tpu {tpu_us:.1f} us/op, cpu eager {cpu_us:.1f} us/op, "
           f"ratio tpu/cpu {tpu_us / cpu_us:.1f}x")
     print(f"warm add + copy to host: tpu {sync_us:.1f} us/op, cpu {cpu_sync_us:.1f} us/op")
+    with torch_tpu.eager_mode("fused"):
+        tpu_add()
+        torch.tpu.synchronize()
+        fused_us = per_op_us(tpu_add)
+        torch.tpu.synchronize()
+    print(f"warm add{list(shape)} in fused mode (recorded, run as graphs of "
+          f"{os.environ.get('TORCH_TPU_FUSED_MAX_OPS', '1000')} ops): {fused_us:.1f} us/op, "
+          f"ratio tpu/cpu {fused_us / cpu_us:.1f}x")
     m = torch_tpu.metrics()
     print(f"ops dispatched {m['ops_dispatched']}, programs compiled {m['programs_compiled']}, "
           f"cpu fallbacks {m['cpu_fallbacks']}")

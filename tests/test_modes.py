@@ -132,6 +132,10 @@ def test_mode_context_manager_and_env():
     out = subprocess.run([sys.executable, "-c", "import torch, torch_tpu; print(torch_tpu.get_eager_mode())"],
                          env=dict(os.environ, TORCH_TPU_EAGER_MODE="debug"), capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "debug"
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_TPU_EAGER_MODE"}
+    out = subprocess.run([sys.executable, "-c", "import torch, torch_tpu; print(torch_tpu.get_eager_mode())"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "fused"  # the default
 
 
 def test_debug_mode_names_the_op_producing_nan():

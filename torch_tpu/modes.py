@@ -2,9 +2,10 @@
 
 - "debug": every op waits for its result; errors surface at the op; with
   TORCH_TPU_CHECK_NANS=1 the first op producing NaN/Inf is named.
-- "strict" (default): one program per op, run asynchronously.
-- "fused": ops are deferred and run as one program at a sync point (.cpu(), .item(),
-  printing, a CPU fallback op, torch.tpu.synchronize(), TORCH_TPU_FUSED_MAX_OPS ops).
+- "strict": one program per op, run asynchronously.
+- "fused" (default): ops are deferred and run as one program at a sync point (.cpu(),
+  .item(), printing, a CPU fallback op, torch.tpu.synchronize(), the end of backward(),
+  TORCH_TPU_FUSED_MAX_OPS ops).
 All three share one compilation cache.
 """
 import contextlib
