@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "lowering/lowering.h"
+#include "lowering_call.h"
 #include "test_util.h"
 
 namespace tpu::test {
@@ -15,58 +16,7 @@ using shlo::ElemType;
 using shlo::TensorType;
 using shlo::Value;
 
-class Call {
- public:
-  Arg Tensor(const HostTensor& h) {
-    Arg a;
-    a.kind = Arg::Kind::Tensor;
-    a.value = b_.Param(h.type);
-    inputs_.push_back(h);
-    return a;
-  }
-  Arg Tensors(const std::vector<HostTensor>& hs, const std::vector<bool>& present) {
-    Arg a;
-    a.kind = Arg::Kind::TensorList;
-    size_t next = 0;
-    for (bool p : present) a.values.push_back(p ? Tensor(hs[next++]).value : Value{});
-    return a;
-  }
-  static Arg Int(int64_t v) {
-    Arg a;
-    a.kind = Arg::Kind::Int;
-    a.i = v;
-    return a;
-  }
-  static Arg Bool(bool v) {
-    Arg a;
-    a.kind = Arg::Kind::Bool;
-    a.b = v;
-    return a;
-  }
-  static Arg Ints(std::vector<int64_t> v, Arg::Kind kind = Arg::Kind::IntList) {
-    Arg a;
-    a.kind = kind;
-    a.ints = std::move(v);
-    return a;
-  }
-  static Arg None() { return Arg{}; }
-
-  std::vector<HostTensor> Lower(const std::string& op, const std::vector<Arg>& args,
-                                const std::vector<TensorType>& outputs) {
-    lowering::LowerFn fn = lowering::Find(op);
-    EXPECT_NE(fn, nullptr) << op;
-    if (!fn) return {};
-    lowering::Ctx ctx{b_, outputs, outputs[0].elem};
-    std::vector<Value> results = fn(ctx, lowering::Args(args));
-    EXPECT_EQ(results.size(), outputs.size());
-    for (size_t i = 0; i < results.size(); ++i) EXPECT_EQ(results[i].type, outputs[i]) << op;
-    return RunModule(b_, results, inputs_);
-  }
-
- private:
-  shlo::Builder b_;
-  std::vector<HostTensor> inputs_;
-};
+using Call = LoweringCall;
 
 std::vector<float> Iota(int64_t n) {
   std::vector<float> v(n);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "lowering/lowering.h"
+#include "lowering_call.h"
 #include "test_util.h"
 
 namespace tpu::test {
@@ -20,58 +21,6 @@ using shlo::Value;
 const float kNan = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 
-// One lowering call: parameters are added as arguments are made, then Lower runs the rule.
-class LoweringCall {
- public:
-  Arg Tensor(const HostTensor& h) {
-    Arg a;
-    a.kind = Arg::Kind::Tensor;
-    a.value = b_.Param(h.type);
-    inputs_.push_back(h);
-    return a;
-  }
-  static Arg Int(int64_t v) {
-    Arg a;
-    a.kind = Arg::Kind::Int;
-    a.i = v;
-    return a;
-  }
-  static Arg Bool(bool v) {
-    Arg a;
-    a.kind = Arg::Kind::Bool;
-    a.b = v;
-    return a;
-  }
-  static Arg Ints(std::vector<int64_t> v) {
-    Arg a;
-    a.kind = Arg::Kind::IntList;
-    a.ints = std::move(v);
-    return a;
-  }
-  static Arg Str(std::string s) {
-    Arg a;
-    a.kind = Arg::Kind::String;
-    a.s = std::move(s);
-    return a;
-  }
-  static Arg None() { return Arg{}; }
-
-  std::vector<HostTensor> Lower(const std::string& op, const std::vector<Arg>& args,
-                                const std::vector<TensorType>& outputs, ElemType common = ElemType::F32) {
-    lowering::LowerFn fn = lowering::Find(op);
-    EXPECT_NE(fn, nullptr) << op << " is not in the lowering table";
-    if (fn == nullptr) return {};
-    lowering::Ctx ctx{b_, outputs, common};
-    std::vector<Value> results = fn(ctx, lowering::Args(args));
-    EXPECT_EQ(results.size(), outputs.size());
-    for (size_t i = 0; i < results.size() && i < outputs.size(); ++i) EXPECT_EQ(results[i].type, outputs[i]) << op;
-    return RunModule(b_, results, inputs_);
-  }
-
- private:
-  Builder b_;
-  std::vector<HostTensor> inputs_;
-};
 
 template <typename T>
 HostTensor Scalar(T v) {

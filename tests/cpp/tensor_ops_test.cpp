@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "lowering/helpers.h"
+#include "lowering_call.h"
 #include "test_util.h"
 
 namespace tpu::test {
@@ -17,48 +18,7 @@ using shlo::Value;
 
 const float kNan = std::numeric_limits<float>::quiet_NaN();
 
-// One lowering call with its parameters; Lower also returns the device-side check flags.
-class Call {
- public:
-  Arg Tensor(const HostTensor& h) {
-    Arg a;
-    a.kind = Arg::Kind::Tensor;
-    a.value = b_.Param(h.type);
-    inputs_.push_back(h);
-    return a;
-  }
-  static Arg Int(int64_t v) {
-    Arg a;
-    a.kind = Arg::Kind::Int;
-    a.i = v;
-    return a;
-  }
-  static Arg Bool(bool v) {
-    Arg a;
-    a.kind = Arg::Kind::Bool;
-    a.b = v;
-    return a;
-  }
-  static Arg None() { return Arg{}; }
-
-  // The results, then one i1 per device-side check (true: the check failed).
-  std::vector<HostTensor> Lower(const std::string& op, const std::vector<Arg>& args, const std::vector<TensorType>& outs,
-                                ElemType common = ElemType::F32) {
-    lowering::LowerFn fn = lowering::Find(op);
-    EXPECT_NE(fn, nullptr) << op;
-    if (!fn) return {};
-    lowering::Ctx ctx{b_, outs, common};
-    std::vector<Value> results = fn(ctx, lowering::Args(args));
-    checks = ctx.checks.size();
-    for (const auto& c : ctx.checks) results.push_back(c.failed);
-    return RunModule(b_, results, inputs_);
-  }
-  size_t checks = 0;
-
- private:
-  shlo::Builder b_;
-  std::vector<HostTensor> inputs_;
-};
+using Call = LoweringCall;
 
 bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
@@ -66,7 +26,7 @@ TEST(TensorOps, SortPutsNanLastAscendingFirstDescendingAndIsStable) {
   for (bool descending : {false, true}) {
     Call c;
     Arg x = c.Tensor(HostTensor::Of<float>({3, kNan, 1, 3, -2, kNan}, {6}));
-    auto out = c.Lower("aten::sort.stable", {x, Call::Bool(true), Call::Int(0), Call::Bool(descending)},
+    auto out = c.LowerWithChecks("aten::sort.stable", {x, Call::Bool(true), Call::Int(0), Call::Bool(descending)},
                        {{ElemType::F32, {6}}, {ElemType::S64, {6}}});
     std::vector<float> want = descending ? std::vector<float>{kNan, kNan, 3, 3, 1, -2} : std::vector<float>{-2, 1, 3, 3, kNan, kNan};
     std::vector<int64_t> idx = descending ? std::vector<int64_t>{1, 5, 0, 3, 2, 4} : std::vector<int64_t>{4, 2, 0, 3, 1, 5};
@@ -79,11 +39,11 @@ TEST(TensorOps, SortPutsNanLastAscendingFirstDescendingAndIsStable) {
 TEST(TensorOps, CumsumOfIntsAndCummaxWithNan) {
   Call c;
   Arg x = c.Tensor(HostTensor::Of<int32_t>({1, 2, 3, 4, 5, 6, 7}, {7}));
-  auto sum = c.Lower("aten::cumsum", {x, Call::Int(0), Call::None()}, {{ElemType::S64, {7}}});
+  auto sum = c.LowerWithChecks("aten::cumsum", {x, Call::Int(0), Call::None()}, {{ElemType::S64, {7}}});
   EXPECT_EQ(sum[0].As<int64_t>(), (std::vector<int64_t>{1, 3, 6, 10, 15, 21, 28}));
   Call m;
   Arg y = m.Tensor(HostTensor::Of<float>({1, 3, 3, 2, kNan, 5, kNan}, {7}));
-  auto out = m.Lower("aten::cummax", {y, Call::Int(0)}, {{ElemType::F32, {7}}, {ElemType::S64, {7}}});
+  auto out = m.LowerWithChecks("aten::cummax", {y, Call::Int(0)}, {{ElemType::F32, {7}}, {ElemType::S64, {7}}});
   auto v = out[0].As<float>();
   std::vector<float> want = {1, 3, 3, 3, kNan, kNan, kNan};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(SameFloat(v[i], want[i])) << i;
@@ -95,14 +55,14 @@ TEST(TensorOps, IndexSelectReportsOutOfRangeIndices) {
     Call c;
     Arg x = c.Tensor(HostTensor::Of<float>({10, 11, 12}, {3}));
     Arg i = c.Tensor(HostTensor::Of<int64_t>({2, bad}, {2}));
-    auto out = c.Lower("aten::index_select", {x, Call::Int(0), i}, {{ElemType::F32, {2}}});
+    auto out = c.LowerWithChecks("aten::index_select", {x, Call::Int(0), i}, {{ElemType::F32, {2}}});
     ASSERT_EQ(c.checks, 1u);
     EXPECT_EQ(out.back().As<bool>(), std::vector<bool>{true}) << bad;
   }
   Call ok;
   Arg x = ok.Tensor(HostTensor::Of<float>({10, 11, 12}, {3}));
   Arg i = ok.Tensor(HostTensor::Of<int64_t>({2, 0}, {2}));
-  auto out = ok.Lower("aten::index_select", {x, Call::Int(0), i}, {{ElemType::F32, {2}}});
+  auto out = ok.LowerWithChecks("aten::index_select", {x, Call::Int(0), i}, {{ElemType::F32, {2}}});
   EXPECT_EQ(out[0].As<float>(), (std::vector<float>{12, 10}));
   EXPECT_EQ(out.back().As<bool>(), std::vector<bool>{false});
 }
@@ -115,7 +75,7 @@ TEST(TensorOps, IndexPutWithBooleanMaskNeedsNoCount) {
   Arg indices;
   indices.kind = Arg::Kind::TensorList;
   indices.values = {mask.value};
-  auto out = c.Lower("aten::index_put", {x, indices, v, Call::Bool(false)}, {{ElemType::F32, {4}}});
+  auto out = c.LowerWithChecks("aten::index_put", {x, indices, v, Call::Bool(false)}, {{ElemType::F32, {4}}});
   EXPECT_EQ(out[0].As<float>(), (std::vector<float>{0, 7, 0, 8}));
   EXPECT_EQ(out.back().As<bool>(), std::vector<bool>{false});  // two selected, two values
 }
@@ -123,7 +83,7 @@ TEST(TensorOps, IndexPutWithBooleanMaskNeedsNoCount) {
 TEST(TensorOps, NonzeroStaticFillsPastTheCount) {
   Call c;
   Arg x = c.Tensor(HostTensor::Of<int32_t>({0, 5, 0, 7}, {2, 2}));
-  auto out = c.Lower("aten::nonzero_static", {x, Call::Int(3), Call::Int(-1)}, {{ElemType::S64, {3, 2}}});
+  auto out = c.LowerWithChecks("aten::nonzero_static", {x, Call::Int(3), Call::Int(-1)}, {{ElemType::S64, {3, 2}}});
   EXPECT_EQ(out[0].As<int64_t>(), (std::vector<int64_t>{0, 1, 1, 1, -1, -1}));
 }
 
@@ -131,7 +91,7 @@ TEST(TensorOps, SolveThroughPivotedLu) {
   Call c;  // needs a row swap: A[0][0] == 0
   Arg a = c.Tensor(HostTensor::Of<float>({0, 2, 1, 3, 1, 0, 1, 1, 1}, {3, 3}));
   Arg b = c.Tensor(HostTensor::Of<float>({5, 5, 4}, {3, 1}));
-  auto out = c.Lower("aten::_linalg_solve_ex", {a, b, Call::Bool(true), Call::Bool(false)},
+  auto out = c.LowerWithChecks("aten::_linalg_solve_ex", {a, b, Call::Bool(true), Call::Bool(false)},
                      {{ElemType::F32, {3, 1}}, {ElemType::F32, {3, 3}}, {ElemType::S32, {3}}, {ElemType::S32, {}}});
   auto x = out[0].As<float>();  // the solution of A x = b is (1, 2, 1)
   EXPECT_NEAR(x[0], 1, 1e-5);
@@ -144,7 +104,7 @@ TEST(TensorOps, SolveThroughPivotedLu) {
 TEST(TensorOps, JacobiEighOfASymmetricMatrix) {
   Call c;
   Arg a = c.Tensor(HostTensor::Of<float>({2, 1, 0, 1, 2, 0, 0, 0, 5}, {3, 3}));
-  auto out = c.Lower("aten::_linalg_eigh", {a, Arg{}, Call::Bool(true)}, {{ElemType::F32, {3}}, {ElemType::F32, {3, 3}}});
+  auto out = c.LowerWithChecks("aten::_linalg_eigh", {a, Arg{}, Call::Bool(true)}, {{ElemType::F32, {3}}, {ElemType::F32, {3, 3}}});
   auto w = out[0].As<float>();
   EXPECT_NEAR(w[0], 1, 1e-5);
   EXPECT_NEAR(w[1], 3, 1e-5);
