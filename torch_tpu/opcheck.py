@@ -330,6 +330,7 @@ def check_op(op, dtype, max_samples, grad, timeout, variants=("function", "inpla
                 if "out" in variants and check_out(op, sample, tol, values):
                     tested.add("out")
             result["samples"] += ran
+        torch.tpu.synchronize()  # deferred work and device-side checks belong to this entry
         if result["samples"]:
             result["status"] = "native"
     except _Timeout:
@@ -337,6 +338,10 @@ def check_op(op, dtype, max_samples, grad, timeout, variants=("function", "inpla
     except Exception as e:  # noqa: BLE001 - every failure is reported, none hides others
         msg = str(e).strip().splitlines()
         result["status"], result["error"] = "fail", f"{type(e).__name__}: {' '.join(msg[:3])[:300] if msg else ''}"
+        try:
+            torch.tpu.synchronize()  # leave nothing of this entry for the next one
+        except Exception:  # noqa: BLE001 - already reported above
+            pass
     finally:
         signal.alarm(0)
     after = _fallback_ops()

@@ -869,7 +869,14 @@ class FusedGraph {
     if (!fused) {
       fused = std::make_shared<FusedProgram>();
       std::string module = ModuleText(outputs);
-      fused->exe = Runtime::Get().Compile(module, "fused graph of " + std::to_string(calls_.size()) + " ops");
+      try {
+        fused->exe = Runtime::Get().Compile(module, "fused graph of " + std::to_string(calls_.size()) + " ops");
+      } catch (const std::exception&) {
+        // Run the ops one by one instead: those before the culprit compute their values, and
+        // the culprit raises its own error, naming it.
+        RunOneByOne(outputs, targets);
+        return;
+      }
       for (const auto& c : checks_) fused->check_messages.push_back(c.second);
       std::lock_guard<std::mutex> lock(g_fused_mu);
       g_fused[key_] = fused;
@@ -893,6 +900,50 @@ class FusedGraph {
   }
 
  private:
+  // The recorded calls, each through its own op's program; on a failure every value not yet
+  // computed is marked failed (reading it raises the error) and the error propagates.
+  void RunOneByOne(const std::vector<int>& outputs,
+                   const std::vector<std::pair<c10::intrusive_ptr<c10::StorageImpl>, shlo::ElemType>>& targets) {
+    std::vector<pjrt::BufferPtr> values(value_types_.size());
+    for (size_t i = 0; i < param_ids_.size(); ++i) values[param_ids_[i]] = params_[i];
+    std::vector<Call> calls = std::move(calls_);
+    std::vector<std::shared_ptr<Program>> programs = std::move(programs_);
+    std::vector<std::pair<int, std::string>> checks = std::move(checks_);
+    int device = device_;
+    Reset();
+    Runtime& rt = Runtime::Get();
+    auto assign_computed = [&] {
+      for (size_t i = 0; i < targets.size(); ++i) {
+        auto* s = static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context());
+        if (values[outputs[i]]) s->AssignComputed(values[outputs[i]], targets[i].second);
+      }
+    };
+    for (const Call& c : calls) {
+      try {
+        std::vector<PJRT_Buffer*> raw;
+        for (int a : c.args) raw.push_back(values[a]->raw());
+        std::vector<pjrt::BufferPtr> outs = Compiled(*c.program)->Execute(rt.client().device(device), raw);
+        GetMetrics().executions++;
+        for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
+      } catch (const std::exception& ex) {
+        assign_computed();
+        std::string message = std::string("tpu: ") + c.program->op_name + " (deferred in a fused graph) failed: " + ex.what();
+        for (size_t i = 0; i < targets.size(); ++i)
+          if (!values[outputs[i]])
+            static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context())->MarkFailed(message);
+        throw std::runtime_error(message);
+      }
+    }
+    assign_computed();
+    std::vector<std::string> messages;
+    std::vector<pjrt::BufferPtr> flags;
+    for (const auto& [id, m] : checks) {
+      messages.push_back(m);
+      flags.push_back(values[id]);
+    }
+    DeferChecks(messages, flags, 0);
+  }
+
   struct PendingStorage {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;
   };

@@ -88,13 +88,27 @@ Value SwapGroupedFeatures(Ctx& ctx, Value w, int64_t groups) {
 
 std::vector<int64_t> Spatial(const Value& v) { return {v.type.dims.begin() + 2, v.type.dims.end()}; }
 
-// y = conv(x, w): the forward convolution (w is [Cout, Cin/g, k...]).
+// y = conv(x, w): the forward convolution (w is [Cout, Cin/g, k...]), sized as `result`. The
+// high padding is what yields that size: less than `padding` when the last window does not
+// fit, and negative (trailing inputs cut) for the input grad of a transposed convolution
+// with output_padding, whose extra outputs no input reaches.
 Value Forward(Ctx& ctx, Value x, Value w, const ConvParams& p, const TensorType& result) {
+  std::vector<int64_t> k = Spatial(w), in = Spatial(x);
   ConvSpec s;
   s.strides = p.stride;
   s.rhs_dilation = p.dilation;
   s.lhs_dilation.assign(p.stride.size(), 1);
-  for (int64_t pad : p.padding) s.padding.emplace_back(pad, pad);
+  for (size_t i = 0; i < k.size(); ++i) {
+    int64_t lo = p.padding[i];
+    int64_t hi = (result.dims[2 + i] - 1) * p.stride[i] + p.dilation[i] * (k[i] - 1) + 1 - in[i] - lo;
+    if (hi < 0) {
+      std::vector<int64_t> limit = x.type.dims;
+      limit[2 + i] += hi;
+      x = ctx.b.Slice(x, std::vector<int64_t>(limit.size(), 0), limit, std::vector<int64_t>(limit.size(), 1));
+      hi = 0;
+    }
+    s.padding.emplace_back(lo, hi);
+  }
   s.feature_groups = p.groups;
   return Convolution(ctx, x, w, s, result);
 }

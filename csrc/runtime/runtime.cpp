@@ -53,6 +53,7 @@ void FlushPending(const char* cause) {
 pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
   if (pending) FlushPending("read of a pending value");
   std::lock_guard<std::mutex> lock(mu);
+  if (!error.empty()) throw std::runtime_error(error);
   if (buffer) return buffer;
   elem = elem_if_new;
   std::vector<char> zeros(nbytes, 0);
@@ -66,12 +67,20 @@ void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e) {
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
+  error.clear();
 }
 
 void TpuStorage::AssignComputed(pjrt::BufferPtr b, shlo::ElemType e) {
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
+  pending = false;
+  error.clear();
+}
+
+void TpuStorage::MarkFailed(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu);
+  error = message;
   pending = false;
 }
 
@@ -80,6 +89,7 @@ void TpuStorage::ReadBytes(void* dst) const {
   pjrt::BufferPtr b;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));
+    if (!error.empty()) throw std::runtime_error(error);
     b = buffer;
   }
   if (!b) {

@@ -29,6 +29,9 @@ struct TpuStorage {
   std::mutex mu;
   pjrt::BufferPtr buffer;
   shlo::ElemType elem = shlo::ElemType::U8;
+  // Set when the fused graph that was to compute this value failed: reading it raises this
+  // (the value never existed), until the storage is wholly overwritten.
+  std::string error;
 
   int64_t numel() const { return static_cast<int64_t>(nbytes / shlo::ByteSize(elem)); }
   // The buffer, created as zeros of `elem_if_new` when never written.
@@ -36,6 +39,8 @@ struct TpuStorage {
   void Assign(pjrt::BufferPtr b, shlo::ElemType e);
   // Assign from the fused graph that computed a pending value (no flush).
   void AssignComputed(pjrt::BufferPtr b, shlo::ElemType e);
+  // The fused graph that was to compute this pending value failed with `message`.
+  void MarkFailed(const std::string& message);
   // Raw bytes of the storage (zeros if never written). Waits for pending work.
   void ReadBytes(void* dst) const;
 };
