@@ -496,3 +496,17 @@ def test_grad_scaler_training():
             unchanged = all(torch.equal(p.detach().cpu(), b.cpu()) for p, b in zip(model.parameters(), before))
             assert unchanged == (step == 2)
     assert scales == [256.0, 512.0, 256.0, 256.0, 512.0]
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_fold_and_unfold(dtype):
+    # col2im (nn.Fold) sums overlapping patches; im2col (nn.Unfold) extracts them. Kernel,
+    # dilation, padding and stride differ per dim; windows cropped by padding must vanish.
+    kw = dict(kernel_size=(2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1))
+    x = torch.randn(2, 3, 5, 7)
+    blocks = F.unfold(x, **kw).shape[-1]
+    cols = torch.randn(2, 3 * 6, blocks)
+    check(lambda c: F.fold(c, output_size=(5, 7), **kw), cols, dtype=dtype, grad=True)
+    check(lambda c: F.fold(c, output_size=(5, 7), **kw), cols[0], dtype=dtype, grad=True)  # unbatched
+    check(lambda t: F.unfold(t, **kw), x, dtype=dtype, grad=True)
+    check(lambda c: F.fold(c, output_size=(4, 4), kernel_size=2, stride=2), torch.randn(1, 8, 4), dtype=dtype)
