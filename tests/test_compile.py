@@ -356,9 +356,30 @@ def test_backend_is_registered_and_device_interface():
 
     assert "tpu" in list_backends()
     interface = get_interface_for_device("tpu")
+    assert interface.__module__ == "torch_tpu._device_interface"  # not Dynamo's built-in "tpu"
     assert interface.device_count() == torch.tpu.device_count()
     assert interface.is_available()
     assert interface.current_device() == torch.tpu.current_device()
+
+
+def test_default_inductor_backend_on_tpu_tensors_uses_the_tpu_backend(monkeypatch):
+    # Inductor cannot generate code for tpu (its "tpu" slot needs JAX): torch.compile(model)
+    # with the default backend must still work, through this package's backend, with a warning.
+    from torch_tpu import _dynamo_hooks
+
+    monkeypatch.setattr(_dynamo_hooks, "_warned", False)
+    torch._dynamo.reset()
+    model = mlp()
+    x = torch.randn(4, 16)
+    before = counters()
+    with pytest.warns(UserWarning, match="Inductor cannot generate code for tpu"):
+        out = torch.compile(tpu_copy(model), mode="reduce-overhead", fullgraph=True)(x.to("tpu"))
+    assert delta(before, "compile_graphs") == 1
+    assert_close(out.cpu(), model(x), rtol=1e-5, atol=1e-5)
+    # CPU graphs still go to Inductor.
+    before = counters()
+    assert_close(torch.compile(model)(x), model(x))
+    assert delta(before, "compile_graphs") == 0
 
 
 def test_second_process_loads_programs_from_the_disk_cache(tmp_path):

@@ -41,6 +41,9 @@ from .modes import eager_mode, get_eager_mode, set_eager_mode  # noqa: E402
 from . import modes as _modes  # noqa: E402
 
 _modes._init_from_env()
+from . import _dynamo_hooks  # noqa: E402
+
+_dynamo_hooks.install()
 
 
 def _autograd_threads_started():
