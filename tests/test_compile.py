@@ -10,6 +10,7 @@ import torch
 import torch._dynamo
 import torch_tpu
 from torch import nn
+from torch.nn import functional as F
 from torch.testing import assert_close
 
 from conftest import run_python
@@ -360,6 +361,43 @@ def test_backend_is_registered_and_device_interface():
     assert interface.device_count() == torch.tpu.device_count()
     assert interface.is_available()
     assert interface.current_device() == torch.tpu.current_device()
+
+
+def test_random_ops_run_inside_the_program_from_the_device_generator():
+    # Dropout and random factories are lowered into the program; each run draws a fresh Philox
+    # state from the device's default generator, so calls differ, a seed reproduces them, and
+    # the values are eager's for the same seed.
+    def f(x):
+        return F.dropout(x, 0.3, training=True) * torch.rand_like(x) + torch.randn(x.shape, device=x.device)
+
+    x = torch.randn(64, 32, device="tpu")
+    torch.manual_seed(3)
+    eager = f(x).cpu()
+    compiled = torch.compile(f, backend="tpu")
+    before = counters()
+    torch.manual_seed(3)
+    first = compiled(x).cpu()
+    assert counters()["compile_eager_nodes_by_op"] == before["compile_eager_nodes_by_op"]
+    assert delta(before, "compile_partitioned_graphs") == 0
+    assert_close(first, eager, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(compiled(x).cpu(), first)
+    torch.manual_seed(3)
+    assert torch.equal(compiled(x).cpu(), first)
+
+    # Distributions: uniform [0, 1) mean 1/2 var 1/12; normal mean 0 var 1; dropout keeps 1 - p.
+    big = torch.zeros(256, 256, device="tpu")
+    u, n = torch.compile(lambda t: (torch.rand_like(t), torch.randn_like(t)), backend="tpu")(big)
+    u, n = u.cpu(), n.cpu()
+    assert u.min() >= 0 and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005
+    assert abs(n.mean()) < 0.02 and abs(n.var() - 1) < 0.03
+    ones = torch.ones(256, 256, device="tpu", requires_grad=True)
+    y = torch.compile(lambda t: F.dropout(t, 0.25, training=True), backend="tpu")(ones)
+    y.sum().backward()
+    kept = (y != 0).cpu()
+    assert abs(kept.float().mean() - 0.75) < 0.01
+    assert_close(y.detach().cpu()[kept], torch.full((int(kept.sum()),), 1 / 0.75))
+    assert_close(ones.grad.cpu(), kept.float() / 0.75)  # the backward uses the forward's mask
 
 
 def test_default_inductor_backend_on_tpu_tensors_uses_the_tpu_backend(monkeypatch):

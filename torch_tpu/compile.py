@@ -34,7 +34,7 @@ __all__ = ["backend"]
 
 # Argument kinds and output kinds shared with csrc/aten/graph.cpp.
 (_NONE, _TENSOR, _SCALAR, _INT, _DOUBLE, _BOOL, _INTS, _DOUBLES, _BOOLS, _STR, _TENSORS, _SCALARS, _DTYPE, _LAYOUT,
- _MEMORY_FORMAT) = range(15)
+ _MEMORY_FORMAT, _GENERATOR) = range(16)
 _OUT_VALUE, _OUT_INPUT, _OUT_NONE = range(3)
 
 _DYNAMIC_MESSAGE = (
@@ -169,9 +169,14 @@ class _Describer:
         return vid
 
     def encode(self, jit_type, v):
+        t = jit_type.getElementType() if isinstance(jit_type, torch._C.OptionalType) else jit_type
+        if isinstance(t, torch._C._GeneratorType):
+            # The program draws from the device's default generator at each run, as eager does.
+            if v is not None:
+                raise _Unsupported("an explicit torch.Generator argument")
+            return (_GENERATOR,)
         if v is None:
             return (_NONE,)
-        t = jit_type.getElementType() if isinstance(jit_type, torch._C.OptionalType) else jit_type
         if isinstance(v, torch.fx.Node):
             if isinstance(t, torch._C.TensorType):
                 return (_TENSOR, self.tensor_id(v))
@@ -234,6 +239,12 @@ class _Describer:
             else:
                 v = None
             out.append(self.encode(a.type, v))
+        # Random ops without a Generator argument (native_dropout, rand_like, ...) draw from
+        # the default generator: eager appends its state as a last argument, and so does this.
+        if torch.Tag.nondeterministic_seeded in node.target.tags and not any(
+                isinstance(a.type.getElementType() if isinstance(a.type, torch._C.OptionalType) else a.type,
+                           torch._C._GeneratorType) for a in schema.arguments):
+            out.append((_GENERATOR,))
         return out
 
     def add_values(self, node, types, multi):

@@ -27,7 +27,7 @@ using runtime::TpuStorage;
 // Argument kinds, as torch_tpu/compile.py encodes them: (kind, payload).
 enum ArgKind {
   kNoneArg = 0, kTensorArg, kScalarArg, kIntArg, kDoubleArg, kBoolArg, kIntsArg, kDoublesArg, kBoolsArg,
-  kStringArg, kTensorsArg, kScalarsArg, kDtypeArg, kLayoutArg, kMemoryFormatArg
+  kStringArg, kTensorsArg, kScalarsArg, kDtypeArg, kLayoutArg, kMemoryFormatArg, kGeneratorArg
 };
 
 struct GType {
@@ -107,6 +107,7 @@ GArg ArgOf(const py::handle& h) {
       a.kind = Arg::Kind::TensorList;
       for (py::handle s : v) g.scalars.push_back(ScalarOf(s));
       break;
+    case kGeneratorArg: a.kind = Arg::Kind::Tensor; break;  // the default generator's state
     default: throw std::invalid_argument("unknown argument kind " + std::to_string(g.kind));
   }
   return g;
@@ -170,9 +171,10 @@ class Graph {
       }
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
+    std::vector<std::pair<shlo::Value, int64_t>> rng_params;
     for (size_t n = 0; n < nodes_.size(); ++n) {
       try {
-        LowerNode(b, nodes_[n], values, mutations);
+        LowerNode(b, nodes_[n], values, mutations, rng_params);
       } catch (const std::exception& e) {
         bad.emplace_back(static_cast<int64_t>(n), e.what());
         for (size_t k = 0; k < nodes_[n].outs.size(); ++k) {
@@ -251,9 +253,14 @@ class Graph {
     Runtime& rt = Runtime::Get();
     std::vector<pjrt::BufferPtr> keep;
     std::vector<PJRT_Buffer*> raw;
+    size_t rng_index = 0;
     for (size_t p = 0; p < program->params.size(); ++p) {
       size_t input = program->params[p];
-      if (storages[input]) {
+      if (input == kRngParam) {
+        auto [seed, offset] = NextPhiloxState(std::nullopt, device, program->rng_increments[rng_index++]);
+        uint64_t state[2] = {seed, offset};
+        keep.push_back(rt.client().FromHost(state, PJRT_Buffer_Type_U64, {2}, device));
+      } else if (storages[input]) {
         keep.push_back(storages[input]->Materialize(program->param_elems[p]));
       } else {  // a 0-d CPU tensor
         at::Tensor v = tensors[input].to(ToScalarType(program->param_elems[p])).contiguous();
@@ -312,12 +319,15 @@ class Graph {
  private:
   struct Program {
     pjrt::ExecutablePtr exe;
-    std::vector<size_t> params;  // input whose storage buffer is each parameter
+    std::vector<size_t> params;  // input whose storage buffer is each parameter, or kRngParam
     std::vector<shlo::ElemType> param_elems;
+    std::vector<int64_t> rng_increments;  // of each kRngParam, in order
     std::vector<std::vector<int64_t>> out_strides;  // of each new value
     std::vector<size_t> writes;  // input whose storage receives each trailing output
     std::vector<shlo::ElemType> write_elems;
   };
+
+  static constexpr size_t kRngParam = static_cast<size_t>(-1);
 
   struct KeyHash {
     size_t operator()(const std::vector<int64_t>& v) const {
@@ -354,8 +364,12 @@ class Graph {
   }
 
   // Lowers one node into `values`; a copy_ into an input records a mutation instead.
+  // A random node's generator argument becomes a parameter holding a Philox state (seed,
+  // offset) drawn from the device's default generator at each run, as eager draws one per op;
+  // `rng_params` receives the parameter and how far the generator's offset advances.
   void LowerNode(shlo::Builder& b, const GNode& node, std::vector<shlo::Value>& values,
-                 std::vector<std::pair<size_t, shlo::Value>>& mutations) const {
+                 std::vector<std::pair<size_t, shlo::Value>>& mutations,
+                 std::vector<std::pair<shlo::Value, int64_t>>& rng_params) const {
     if (node.op == "aten::copy_") {
       int64_t target = node.args.at(0).id, src = node.args.at(1).id;
       if (target < 0 || target >= static_cast<int64_t>(inputs_.size()))
@@ -401,6 +415,12 @@ class Graph {
         for (int64_t id : g.ids) a.values.push_back(id < 0 ? shlo::Value{} : values.at(id));
       } else if (g.kind == kScalarsArg) {
         for (const c10::Scalar& s : g.scalars) a.values.push_back(ScalarValue(b, s, scalar_elem(s)));
+      } else if (g.kind == kGeneratorArg) {
+        int64_t increment = 0;
+        for (const GType& t : node.outs)
+          if (t.defined) increment += c10::multiply_integers(t.sizes);
+        a.value = b.Param({shlo::ElemType::U64, {2}});
+        rng_params.emplace_back(a.value, increment);
       }
       args.push_back(std::move(a));
     }
@@ -441,13 +461,14 @@ class Graph {
         if (id >= 0 && !values[id].valid() && value_types_[id].defined) values[id] = b.Param(value_types_[id].type());
       };
       std::vector<std::pair<size_t, shlo::Value>> mutations;
+      std::vector<std::pair<shlo::Value, int64_t>> rng_params;
       std::vector<shlo::Value> results;
       try {
         for (const GArg& g : node.args) {
           param(g.id);
           for (int64_t id : g.ids) param(id);
         }
-        LowerNode(b, node, values, mutations);
+        LowerNode(b, node, values, mutations, rng_params);
         for (size_t k = 0; k < node.outs.size(); ++k)
           if (node.outs[k].defined) results.push_back(values[node.first_id + k]);
         if (results.empty()) continue;
@@ -493,9 +514,16 @@ class Graph {
       values[i] = lowering::ReadView(b, storage, GeometryOf(t));
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
+    std::vector<std::pair<shlo::Value, int64_t>> rng_params;
     for (const GNode& node : nodes_) {
       try {
-        LowerNode(b, node, values, mutations);
+        size_t rng_before = rng_params.size();
+        LowerNode(b, node, values, mutations, rng_params);
+        for (size_t r = rng_before; r < rng_params.size(); ++r) {
+          program->params.push_back(kRngParam);
+          program->param_elems.push_back(shlo::ElemType::U64);
+          program->rng_increments.push_back(rng_params[r].second);
+        }
       } catch (const lowering::Unsupported& e) {
         throw NotLowerable("node '" + node.name + "' (" + node.op + "): " + e.what());
       } catch (const c10::Error& e) {

@@ -320,6 +320,17 @@ std::vector<Value> LowerTriIndices(Ctx& ctx, const Args& a) {
   return {ConvertTo(ctx, out, t.elem)};
 }
 
+// Graph forms (torch.compile): rand/randn(size) and rand_like/randn_like(self), whose
+// generator state the graph appends as their last argument; eager runs them as empty + fill.
+std::vector<Value> LowerRandFactory(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  return {ConvertTo(ctx, Uniform01(ctx, a.tensor(a.size() - 1), t.dims), t.elem)};
+}
+std::vector<Value> LowerRandnFactory(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  return {ConvertTo(ctx, StandardNormal(ctx, a.tensor(a.size() - 1), t.dims), t.elem)};
+}
+
 // eye: ones on the main diagonal.
 std::vector<Value> LowerEye(Ctx& ctx, const Args&) {
   const TensorType& t = ctx.out();
@@ -354,5 +365,14 @@ TPU_LOWERING("aten::randperm.generator_out", LowerRandperm);
 TPU_LOWERING("aten::tril_indices", LowerTriIndices<false>);
 TPU_LOWERING("aten::triu_indices", LowerTriIndices<true>);
 TPU_LOWERING("aten::uniform_", LowerUniform);
+// Functional and factory forms found in torch.compile graphs.
+TPU_GRAPH_LOWERING("aten::bernoulli.p", LowerBernoulliFloat);
+TPU_GRAPH_LOWERING("aten::exponential", LowerExponential);
+TPU_GRAPH_LOWERING("aten::normal_functional", LowerNormal);
+TPU_GRAPH_LOWERING("aten::rand", LowerRandFactory);
+TPU_GRAPH_LOWERING("aten::rand_like", LowerRandFactory);
+TPU_GRAPH_LOWERING("aten::randn", LowerRandnFactory);
+TPU_GRAPH_LOWERING("aten::randn_like", LowerRandnFactory);
+TPU_GRAPH_LOWERING("aten::uniform", LowerUniform);
 
 }  // namespace tpu::lowering
