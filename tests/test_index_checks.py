@@ -32,9 +32,12 @@ CASES = {
     "take": lambda: torch.take(t(X), t(torch.tensor([15]))),
     "put": lambda: t(X).put_(t(torch.tensor([-16])), t(torch.ones(1))),
     "embedding": lambda: torch.nn.functional.embedding(t(torch.tensor([[1, 5]])), t(X)),
+    "embedding_bag": lambda: torch.nn.functional.embedding_bag(t(BAD_ROW), t(X), t(torch.tensor([0]))),
+    "embedding_bag_max": lambda: torch.nn.functional.embedding_bag(t(torch.tensor([[1, -1]])), t(X), mode="max"),
+    "embedding_max_norm": lambda: torch.nn.functional.embedding(t(BAD_ROW), t(X), max_norm=1.0),
 }
 NAMES = {"gather_negative": "gather", "index_negative": "index", "index_put_accumulate": "index_put",
-         "embedding": "index_select"}
+         "embedding": "index_select", "embedding_bag_max": "embedding_bag", "embedding_max_norm": "embedding_renorm"}
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +87,7 @@ VALID = {
     "take_negative": lambda d: torch.take(X.to(d), torch.tensor([-15, 14]).to(d)),
     "index_fill_negative": lambda d: X.to(d).index_fill(1, torch.tensor([-1]).to(d), 0.0),
     "embedding": lambda d: torch.nn.functional.embedding(torch.tensor([[4, 0]]).to(d), X.to(d)),
+    "embedding_bag": lambda d: torch.nn.functional.embedding_bag(torch.tensor([[4, 0]]).to(d), X.to(d), mode="max"),
 }
 
 

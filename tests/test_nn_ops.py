@@ -1,5 +1,6 @@
-"""nn ops against PyTorch CPU: pooling, normalization, interpolation, attention, dropout,
-activations, losses, embedding gradients, padding modes, autocast and GradScaler.
+"""nn ops against PyTorch CPU: pooling, normalization, interpolation, grid sampling, attention,
+dropout, activations, losses, embeddings and embedding bags, padding modes, autocast and
+GradScaler, fold/unfold.
 
 `check` runs `fn` on CPU tensors and on tpu copies and compares results and (grad=True)
 the gradients of every floating input, asserting that no op fell back to the CPU. For
@@ -266,6 +267,66 @@ def test_interpolate_recompute_scale_and_uint8():
     check(lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), img)
 
 
+# ---------------------------------------------------------------- grid sampling
+
+GRID_MODES = [(m, p) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection")]
+
+
+def _grid(*shape, seed=2):
+    # Points up to 20% beyond [-1, 1] on every side exercise the padding modes.
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) * 2.4 - 1.2
+
+
+@pytest.mark.parametrize("mode,padding_mode", GRID_MODES)
+def test_grid_sample_2d(mode, padding_mode):
+    for align in (False, True):
+        check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align),
+              randn(2, 3, 5, 7), _grid(2, 4, 6, 2), grad=True, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("mode,padding_mode", [m for m in GRID_MODES if m[0] != "bicubic"])
+def test_grid_sample_3d(mode, padding_mode):
+    for align in (False, True):
+        check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align),
+              randn(2, 3, 4, 5, 6), _grid(2, 3, 2, 4, 3), grad=True, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("nd", [2, 3])
+def test_grid_sample_half_rounds_like_cpu(nd, dtype):
+    # In f16/bf16 PyTorch's CPU kernels round every step of the coordinate arithmetic, which
+    # moves points by up to a pixel; the lowering repeats those steps, so the forward matches
+    # the CPU exactly. Gradients accumulate in f32, the CPU's in the input type (scaled up by
+    # the unnormalize factor for the grid): they agree to a few percent of the largest entry.
+    x, g = (randn(2, 3, 5, 20), _grid(2, 13, 10, 2)) if nd == 2 else (randn(2, 3, 5, 7, 6), _grid(2, 4, 5, 3, 3))
+    x, g = x.to(dtype), g.to(dtype)
+    spread = 0.03 if dtype == BF16 else 0.004
+    for mode, padding_mode in GRID_MODES if nd == 2 else GRID_MODES[:6]:
+        for align in (False, True):
+            kw = dict(mode=mode, padding_mode=padding_mode, align_corners=align)
+            cx, cg = x.clone().requires_grad_(), g.clone().requires_grad_()
+            expected = F.grid_sample(cx, cg, **kw)
+            expected.backward(torch.ones_like(expected))
+            with native():
+                tx, tg = x.to(TPU).requires_grad_(), g.to(TPU).requires_grad_()
+                got = F.grid_sample(tx, tg, **kw)
+                got.backward(torch.ones_like(got))
+                assert_close(got.cpu(), expected, atol=0, rtol=0)
+                for t, c in ((tx, cx), (tg, cg)):
+                    assert_close(t.grad.cpu(), c.grad, atol=spread * c.grad.abs().max().item(), rtol=0)
+
+
+def test_grid_sample_grid_grad_only():
+    # grid_sampler_2d_backward with output_mask = [False, True]: no input gradient is made.
+    x, g = randn(1, 2, 4, 5), _grid(1, 3, 3, 2)
+    expected = g.clone().requires_grad_()
+    F.grid_sample(x, expected, align_corners=False).sum().backward()
+    with native():
+        got = g.to(TPU).requires_grad_()
+        F.grid_sample(x.to(TPU), got, align_corners=False).sum().backward()
+        assert_close(got.grad.cpu(), expected.grad)
+
+
 # ---------------------------------------------------------------- attention
 
 
@@ -421,6 +482,72 @@ def test_embedding_backward(kw):
     idx = torch.tensor([[0, 1, 3, 1], [3, 3, 2, 0]])
     check(lambda w: F.embedding(idx.to(w.device), w, **kw), randn(5, 3), grad=True)
     check(lambda w: F.embedding(idx.to(w.device), w, **kw), randn(5, 3), grad=True, dtype=BF16)
+
+
+# indices, offsets, options: an empty bag, include_last_offset, padding (one bag of padding
+# only), 2-D input (offsets implied), int32 indices.
+EMBEDDING_BAGS = {
+    "offsets": ([5, 1, 6, 5, 6, 2, 2, 9], [0, 3, 3, 5], {}),
+    "last_offset": ([5, 1, 6, 5, 6, 2, 2, 9], [0, 3, 3, 8], dict(include_last_offset=True)),
+    "padding": ([5, 1, 6, 6, 6, 2, 2, 9], [0, 2, 5, 5], dict(padding_idx=6)),
+    "2d": ([[5, 1, 6, 5], [6, 2, 2, 9]], None, dict(padding_idx=-1)),
+    "int32": (torch.tensor([3, 3, 1, 0], dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32), {}),
+}
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("case", sorted(EMBEDDING_BAGS))
+def test_embedding_bag(case, mode, dtype):
+    idx, offsets, kw = (torch.as_tensor(v) if v is not None and not isinstance(v, dict) else v
+                        for v in EMBEDDING_BAGS[case])
+    if offsets is None:
+        fn = lambda w, i: F.embedding_bag(i, w, mode=mode, **kw)  # noqa: E731
+        args = (randn(10, 6), idx)
+    else:
+        fn = lambda w, i, o: F.embedding_bag(i, w, o, mode=mode, **kw)  # noqa: E731
+        args = (randn(10, 6), idx, offsets)
+    check(fn, *args, grad=True, dtype=dtype)  # _embedding_bag and its backward
+    check(fn, *args, dtype=dtype)  # _embedding_bag_forward_only
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_embedding_bag_per_sample_weights(dtype):
+    idx, offsets = torch.tensor([5, 1, 6, 5, 6, 2, 2, 9]), torch.tensor([0, 3, 3, 5])
+    check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p), randn(10, 6), idx, offsets,
+          randn(8, seed=1), grad=True, dtype=dtype)
+    check(lambda w, i, p: F.embedding_bag(i, w, mode="sum", per_sample_weights=p, padding_idx=2), randn(10, 6), idx.view(2, 4),
+          randn(2, 4, seed=1), grad=True, dtype=dtype)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_scale_grad_by_freq(mode):
+    # Each row's gradient is divided by how often its index occurs. (PyTorch's CPU kernel
+    # divides by the count of another index, so the reference is the unscaled gradient.)
+    idx, offsets = torch.tensor([5, 1, 6, 5, 6, 2, 2, 9, 5]), torch.tensor([0, 2, 6])
+    w, g = randn(10, 6), randn(3, 6, seed=1)
+    ref = w.clone().requires_grad_()
+    F.embedding_bag(idx, ref, offsets, mode=mode).backward(g)
+    expected = ref.grad / torch.bincount(idx, minlength=10).clamp(min=1).unsqueeze(1)
+    with native():
+        got = w.to(TPU).requires_grad_()
+        F.embedding_bag(idx.to(TPU), got, offsets.to(TPU), mode=mode, scale_grad_by_freq=True).backward(g.to(TPU))
+        assert_close(got.grad.cpu(), expected)
+
+
+@pytest.mark.parametrize("dtype", BOTH)
+def test_embedding_max_norm(dtype):
+    # embedding_renorm_ rescales, in place, the rows that indices name whose norm exceeds max_norm.
+    idx, offsets = torch.tensor([5, 1, 6, 5, 6, 2, 9]), torch.tensor([0, 3])
+    check(lambda w, i, o: F.embedding_bag(i, w, o, max_norm=1.5, mode="mean"), randn(10, 6) * 2, idx, offsets,
+          dtype=dtype)
+    for p in (2.0, 1.0, 3.0, math.inf):
+        w = (randn(10, 6) * 2).to(dtype)
+        expected, got = w.clone(), w.to(TPU)
+        torch.embedding_renorm_(expected, idx, 1.5, p)
+        with native():
+            torch.embedding_renorm_(got, idx.to(TPU), 1.5, p)
+        assert_close(got.cpu(), expected, **({} if dtype == F32 else BF16_TOL))
 
 
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])

@@ -53,13 +53,14 @@ SUBSET = {
     "uniform": (F, B), "normal": (F,), "bernoulli": (F,), "multinomial": (F,), "randint": (L,),
     # nn (a few; the nn families have their own tests)
     "nn.functional.embedding": (F,), "softmax": (F, B), "nn.functional.relu": (F,), "nn.functional.gelu": (F,),
+    "nn.functional.embedding_bag": (F, B), "nn.functional.grid_sample": (F, B),
 }
 GRAD = ["add", "mul", "div.no_rounding_mode", "pow", "exp", "tanh", "erfinv", "clamp", "where", "sum", "mean", "prod", "amax",
         "var_mean", "linalg.vector_norm", "logsumexp", "cumsum", "cumprod", "cummax", "logcumsumexp", "sort",
         "topk", "median", "gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
         "masked_select", "masked_scatter", "__getitem__", "take_along_dim", "flip", "roll", "triu", "cat",
         "linalg.cross", "mm", "bmm", "matmul", "fft.rfft2", "hypot", "logaddexp", "xlogy", "nn.functional.embedding",
-        "softmax"]
+        "softmax", "nn.functional.embedding_bag", "nn.functional.grid_sample"]
 
 KNOWN = opcheck.load_known_failures()
 OPS = {opcheck.entry_name(o): o for o in opcheck.select_ops()}
