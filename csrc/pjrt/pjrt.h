@@ -72,6 +72,7 @@ class Executable {
   // Runs on one device; outputs are returned in result order. Asynchronous: the
   // outputs' values become ready later (Buffer::Await / ToHost wait for them).
   std::vector<BufferPtr> Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args) const;
+  // Empty when the plugin cannot serialize this executable (never throws for that).
   std::string Serialize() const;
   PJRT_LoadedExecutable* raw() const { return raw_; }
 

@@ -170,7 +170,8 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   }
   if (!key.empty()) {
     try {
-      DiskCacheWrite(cache_dir_, key, exe->Serialize());
+      std::string bytes = exe->Serialize();
+      if (!bytes.empty()) DiskCacheWrite(cache_dir_, key, bytes);
     } catch (const std::exception&) {
       // The disk cache is an optimisation: a full disk or a read-only home never fails an op.
     }
