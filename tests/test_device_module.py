@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+import torch_tpu
+
 from conftest import assert_same
 
 
@@ -44,6 +46,20 @@ def test_synchronize_waits_for_results():
     torch.tpu.synchronize(0)
     torch.tpu.synchronize("tpu:1")
     assert y.item() == (torch.arange(1000, dtype=torch.float32) * 2 + 1).sum().item()
+
+
+def test_synchronize_waits_for_programs_whose_outputs_were_dropped():
+    # No storage holds these results, so only the record of executions can make
+    # synchronize (and Event timing, and benchmarks) wait for them.
+    from torch_tpu import _C
+
+    x = torch.randn(384, 384, device="tpu")
+    torch.tpu.synchronize()
+    with torch_tpu.eager_mode("strict"):
+        for _ in range(8):
+            x @ x @ x
+    torch.tpu.synchronize()
+    assert _C._executions_in_flight(0) == 0
 
 
 def test_manual_seed_reaches_the_device_generator():

@@ -7,6 +7,10 @@
   `torch.compile(model)` on a model living on tpu would fail with `No module named 'jax'` deep
   inside Inductor. A graph whose tensors live on tpu is compiled by this package's "tpu" backend
   instead (the same lowerings as eager), with a one-time warning; other graphs are untouched.
+- Compiled optimizers keep their step counters on tpu: Dynamo turns `capturable` on only for
+  CUDA/XPU parameters, so on tpu AdamW's `step` stayed a CPU tensor and every compiled
+  optimizer step split into device pieces around host `_foreach_add`/`copy_` nodes. With
+  `capturable` the bias corrections are tensor ops on the device and the step is one program.
 """
 import importlib.abc
 import importlib.util
@@ -16,26 +20,65 @@ import warnings
 import torch
 
 _DEVICE_INTERFACE_MODULE = "torch._dynamo.device_interface"
+_OPTIMIZER_VARIABLE_MODULE = "torch._dynamo.variables.optimizer"
 _warned = False
 
 
-class _RegisterAfterImport(importlib.abc.MetaPathFinder):
-    """Runs torch_tpu._device_interface.register() right after Dynamo's module executes."""
+def _register_device_interface(module):
+    from . import _device_interface
+
+    _device_interface.register()
+
+
+def _capturable_on_tpu(module):
+    """Wraps OptimizerVariable._set_capturable so that groups whose parameters all live on tpu
+    (and have no state yet, Dynamo's own condition) become capturable too."""
+    cls = module.OptimizerVariable
+    original = cls._set_capturable
+    if getattr(original, "_torch_tpu_capturable", False):
+        return
+
+    def _set_capturable(self, tx):
+        for group in self.value.param_groups:
+            params = group.get("params", [])
+            if ("capturable" in group and params and all(p.device.type == "tpu" for p in params)
+                    and all(p not in self.value.state for p in params)):
+                group["capturable"] = True
+        return original(self, tx)
+
+    _set_capturable._torch_tpu_capturable = True
+    cls._set_capturable = _set_capturable
+
+
+_AFTER_IMPORT = {_DEVICE_INTERFACE_MODULE: _register_device_interface,
+                 _OPTIMIZER_VARIABLE_MODULE: _capturable_on_tpu}
+
+
+class _RunAfterImport(importlib.abc.MetaPathFinder):
+    """Runs a callback of _AFTER_IMPORT right after its Dynamo module executes."""
+
+    def __init__(self):
+        self.pending = {name: fn for name, fn in _AFTER_IMPORT.items() if name not in sys.modules}
+        self.loading = set()
 
     def find_spec(self, name, path, target=None):
-        if name != _DEVICE_INTERFACE_MODULE:
+        if name not in self.pending or name in self.loading:
             return None
-        sys.meta_path.remove(self)  # one use; also keeps find_spec below from finding us
-        spec = importlib.util.find_spec(name)
+        self.loading.add(name)  # keeps find_spec below from finding us
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.loading.discard(name)
         if spec is None or spec.loader is None:
             return spec
+        callback = self.pending.pop(name)
+        if not self.pending:
+            sys.meta_path.remove(self)
         load = spec.loader.exec_module
 
         def exec_module(module):
             load(module)
-            from . import _device_interface
-
-            _device_interface.register()
+            callback(module)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -82,10 +125,10 @@ def _redirect_inductor():
 
 
 def install():
-    if _DEVICE_INTERFACE_MODULE in sys.modules:
-        from . import _device_interface
-
-        _device_interface.register()
-    elif not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterAfterImport())
+    for name, callback in _AFTER_IMPORT.items():
+        if name in sys.modules:
+            callback(sys.modules[name])
+    if (any(name not in sys.modules for name in _AFTER_IMPORT)
+            and not any(isinstance(f, _RunAfterImport) for f in sys.meta_path)):
+        sys.meta_path.insert(0, _RunAfterImport())
     _redirect_inductor()

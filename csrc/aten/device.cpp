@@ -358,6 +358,8 @@ void SynchronizeDevice(int device) {
     if (s->buffer) pending.push_back(s->buffer);
   });
   for (auto& b : pending) b->Await();
+  // Programs whose outputs were all dropped are in no storage; they finish here too.
+  Runtime::Get().AwaitExecutions(device);
 }
 
 std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>& gen, int device,

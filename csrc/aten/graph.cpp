@@ -271,7 +271,7 @@ class Graph {
     std::vector<pjrt::BufferPtr> outs;
     try {
       py::gil_scoped_release release;  // a plugin may run the program on this thread
-      outs = program->exe->Execute(rt.client().device(device), raw);
+      outs = rt.Execute(*program->exe, device, raw);
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {

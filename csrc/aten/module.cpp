@@ -87,6 +87,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_kind", [](int index) { return runtime::Runtime::Get().client().device_kind(index); });
   m.def("_current_device", [] { return static_cast<int>(aten::CurrentDevice()); });
   m.def("_set_device", [](int index) { aten::SetCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_executions_in_flight", [](int device) { return runtime::Runtime::Get().ExecutionsInFlight(device); });
   m.def("_synchronize", [](int device) {
     py::gil_scoped_release release;
     aten::SynchronizeDevice(device);

@@ -762,7 +762,7 @@ void Execute(const OpEntry& e, Program& p, torch::jit::Stack* stack, size_t firs
   std::vector<PJRT_Buffer*> raw;
   raw.reserve(keep.size());
   for (const auto& b : keep) raw.push_back(b->raw());
-  std::vector<pjrt::BufferPtr> outs = exe->Execute(rt.client().device(device), raw);
+  std::vector<pjrt::BufferPtr> outs = rt.Execute(*exe, device, raw);
   GetMetrics().executions++;
 
   std::vector<at::Tensor> fresh = NewTensors(p, device);
@@ -889,7 +889,7 @@ class FusedGraph {
     int device = device_;
     size_t num_ops = calls_.size();
     Reset();  // before running: a failure must not leave the graph half-flushed
-    std::vector<pjrt::BufferPtr> outs = fused->exe->Execute(rt.client().device(device), raw);
+    std::vector<pjrt::BufferPtr> outs = rt.Execute(*fused->exe, device, raw);
     metrics.executions++;
     metrics.fused_graphs_run++;
     metrics.fused_ops += static_cast<int64_t>(num_ops);
@@ -922,7 +922,7 @@ class FusedGraph {
       try {
         std::vector<PJRT_Buffer*> raw;
         for (int a : c.args) raw.push_back(values[a]->raw());
-        std::vector<pjrt::BufferPtr> outs = Compiled(*c.program)->Execute(rt.client().device(device), raw);
+        std::vector<pjrt::BufferPtr> outs = rt.Execute(*Compiled(*c.program), device, raw);
         GetMetrics().executions++;
         for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
       } catch (const std::exception& ex) {

@@ -164,8 +164,34 @@ Executable::~Executable() {
   }
 }
 
-std::vector<BufferPtr> Executable::Execute(PJRT_Device* device,
-                                           const std::vector<PJRT_Buffer*>& args) const {
+Event::~Event() { DestroyEvent(plugin_->api(), raw_); }
+
+bool Event::IsReady() const {
+  auto args = Args<PJRT_Event_IsReady_Args>();
+  args.event = raw_;
+  PJRT_Error* err = plugin_->api()->PJRT_Event_IsReady(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    plugin_->api()->PJRT_Error_Destroy(&d);
+    return true;
+  }
+  return args.is_ready;
+}
+
+void Event::AwaitIgnoringError() const {
+  auto args = Args<PJRT_Event_Await_Args>();
+  args.event = raw_;
+  PJRT_Error* err = plugin_->api()->PJRT_Event_Await(&args);
+  if (err) {
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    plugin_->api()->PJRT_Error_Destroy(&d);
+  }
+}
+
+std::vector<BufferPtr> Executable::Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args,
+                                           EventPtr* done) const {
   auto options = Args<PJRT_ExecuteOptions>();
   // Our buffers may be shared between tensors: nothing is donated unless the caller says so.
   std::vector<int64_t> non_donatable(args.size());
@@ -184,7 +210,10 @@ std::vector<BufferPtr> Executable::Execute(PJRT_Device* device,
   exec.num_args = args.size();
   exec.output_lists = &output_list;
   exec.execute_device = device;
+  PJRT_Event* complete = nullptr;
+  if (done != nullptr) exec.device_complete_events = &complete;
   plugin_->Check(plugin_->api()->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
+  if (complete != nullptr) *done = std::make_shared<Event>(plugin_, complete);
   std::vector<BufferPtr> result;
   result.reserve(num_outputs_);
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(plugin_, b));

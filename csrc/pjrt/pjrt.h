@@ -62,6 +62,23 @@ class Buffer {
 };
 using BufferPtr = std::shared_ptr<Buffer>;
 
+// An owned PJRT_Event (destroyed with the object).
+class Event {
+ public:
+  Event(std::shared_ptr<Plugin> plugin, PJRT_Event* raw) : plugin_(std::move(plugin)), raw_(raw) {}
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  bool IsReady() const;  // also true once it failed
+  // Waits; the error it carries, if any, is dropped: whoever reads a value sees it there.
+  void AwaitIgnoringError() const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Event* raw_;
+};
+using EventPtr = std::shared_ptr<Event>;
+
 class Executable {
  public:
   Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* raw);
@@ -70,8 +87,11 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
   size_t num_outputs() const { return num_outputs_; }
   // Runs on one device; outputs are returned in result order. Asynchronous: the
-  // outputs' values become ready later (Buffer::Await / ToHost wait for them).
-  std::vector<BufferPtr> Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args) const;
+  // outputs' values become ready later (Buffer::Await / ToHost wait for them). `done`, when
+  // given, receives an event that is ready once the whole execution has finished (outputs
+  // nobody keeps included).
+  std::vector<BufferPtr> Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args,
+                                 EventPtr* done = nullptr) const;
   // Empty when the plugin cannot serialize this executable (never throws for that).
   std::string Serialize() const;
   PJRT_LoadedExecutable* raw() const { return raw_; }

@@ -214,6 +214,41 @@ TpuStorage* Runtime::Lookup(uintptr_t address) {
   return it == storages_.end() ? nullptr : it->second;
 }
 
+std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int device,
+                                              const std::vector<PJRT_Buffer*>& args) {
+  pjrt::EventPtr done;
+  std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done);
+  if (done == nullptr) return outputs;
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  if (in_flight_.size() <= static_cast<size_t>(device)) in_flight_.resize(device + 1);
+  auto& queue = in_flight_[device];
+  // Finished executions are dropped from the front, which keeps the queue short.
+  while (!queue.empty() && queue.front()->IsReady()) queue.pop_front();
+  queue.push_back(std::move(done));
+  return outputs;
+}
+
+void Runtime::AwaitExecutions(int device) {
+  std::vector<pjrt::EventPtr> pending;
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    for (size_t d = 0; d < in_flight_.size(); ++d) {
+      if (device >= 0 && static_cast<size_t>(device) != d) continue;
+      pending.insert(pending.end(), in_flight_[d].begin(), in_flight_[d].end());
+      in_flight_[d].clear();
+    }
+  }
+  for (auto& event : pending) event->AwaitIgnoringError();
+}
+
+int Runtime::ExecutionsInFlight(int device) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  if (device < 0 || static_cast<size_t>(device) >= in_flight_.size()) return 0;
+  int count = 0;
+  for (const auto& event : in_flight_[device]) count += event->IsReady() ? 0 : 1;
+  return count;
+}
+
 void Runtime::ForEachStorage(const std::function<void(TpuStorage*)>& fn) {
   std::lock_guard<std::mutex> lock(address_mu_);
   for (auto& [address, storage] : storages_) fn(storage);

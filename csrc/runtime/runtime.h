@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,15 @@ class Runtime {
   const std::string& cache_dir() const { return cache_dir_; }
   size_t compiled_programs() const;
 
+  // Runs `exe` on `device` (asynchronously) and remembers the execution until it finishes, so
+  // that AwaitExecutions can wait for programs whose outputs nobody kept.
+  std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe, int device,
+                                       const std::vector<PJRT_Buffer*>& args);
+  // Waits for every execution started on `device` (all devices when negative).
+  void AwaitExecutions(int device);
+  // Executions started on `device` that have not finished yet.
+  int ExecutionsInFlight(int device);
+
   // Address registry: PyTorch hands us data pointers (e.g. Allocator::copy_data).
   uintptr_t Register(TpuStorage* s);
   void Unregister(uintptr_t address);
@@ -86,6 +96,8 @@ class Runtime {
   std::mutex address_mu_;
   uintptr_t next_address_ = uintptr_t{1} << 44;
   std::unordered_map<uintptr_t, TpuStorage*> storages_;
+  std::mutex in_flight_mu_;
+  std::vector<std::deque<pjrt::EventPtr>> in_flight_;  // per device, oldest first
 };
 
 // Called before a pending storage is read or overwritten from outside the fused graph: runs
