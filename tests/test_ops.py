@@ -205,6 +205,27 @@ def test_binary_alpha_float_and_scalars(name):
 PROMOTIONS = [(I32, I64), (F16, F32), (BF16, F16), (I64, F16), (BOOL, I32), (BOOL, F32), (I32, BF16)]
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_scalar_arguments_reused_and_changed(mode):
+    # Scalar parameters are uploaded once per distinct value and reused: values that repeat,
+    # change, or share their bytes with a value of another dtype must each be used as given.
+    x = torch.arange(6, dtype=torch.float32)
+    i8 = torch.arange(-3, 3, dtype=torch.int8)
+    with torch_tpu.eager_mode(mode):
+        xt, i8t = x.to("tpu"), i8.to("tpu")
+        for v in (1, 2.5, 1, -3, 2.5, 0.0, -0.0, float("inf")):
+            assert_close(torch.add(xt, xt, alpha=v).cpu(), torch.add(x, x, alpha=v), equal_nan=True)
+            assert_close((xt * v).cpu(), x * v, equal_nan=True)
+        assert torch.equal((i8t + 300).cpu(), i8 + 300)  # wraps like the CPU
+        one_bits = torch.tensor(1065353216, dtype=torch.int32)  # the bytes of 1.0f
+        assert torch.equal((xt * one_bits).cpu(), x * one_bits)
+        assert torch.equal((xt * torch.tensor(1.0)).cpu(), x * torch.tensor(1.0))
+        assert torch.equal((i8t > torch.tensor(True)).cpu(), i8 > torch.tensor(True))
+        z = torch.zeros(3, dtype=torch.complex64)
+        assert torch.equal((z.to("tpu") + (1 + 2j)).cpu(), z + (1 + 2j))
+        assert torch.equal((z.to("tpu") + (1 - 2j)).cpu(), z + (1 - 2j))
+
+
 @pytest.mark.parametrize("da,db", PROMOTIONS)
 def test_binary_promotion(da, db):
     def fn(a, b, z):

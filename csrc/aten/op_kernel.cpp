@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <mutex>
 #include <unordered_map>
@@ -627,6 +628,73 @@ pjrt::BufferPtr UploadScalar(const at::Tensor& cpu_value, shlo::ElemType elem, i
   return Runtime::Get().client().FromHost(v.data_ptr(), runtime::ToPjrt(elem), {}, device);
 }
 
+// Scalar parameters (add's alpha, an optimizer's lr, a 0-d CPU tensor) repeat from op to op and
+// step to step: their device buffers are read-only, so one upload per distinct value serves
+// every program that takes it. Keyed by the source value's type and bytes, the parameter's
+// element type and the device; conversion on a miss is the tensor cast the uncached path uses.
+struct ScalarKey {
+  int source_type;
+  int elem;
+  int device;
+  uint64_t bits[2];
+  bool operator==(const ScalarKey& o) const {
+    return source_type == o.source_type && elem == o.elem && device == o.device && bits[0] == o.bits[0] &&
+           bits[1] == o.bits[1];
+  }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    size_t h = std::hash<uint64_t>()(k.bits[0]) ^ (std::hash<uint64_t>()(k.bits[1]) * 31);
+    return h ^ (static_cast<size_t>(k.source_type) << 40) ^ (static_cast<size_t>(k.elem) << 48) ^
+           (static_cast<size_t>(k.device) << 56);
+  }
+};
+std::mutex g_scalar_mu;
+std::unordered_map<ScalarKey, pjrt::BufferPtr, ScalarKeyHash> g_scalar_buffers;
+
+pjrt::BufferPtr CachedScalar(const ScalarKey& key, const std::function<at::Tensor()>& cpu_value,
+                             shlo::ElemType elem, int device) {
+  {
+    std::lock_guard<std::mutex> lock(g_scalar_mu);
+    auto it = g_scalar_buffers.find(key);
+    if (it != g_scalar_buffers.end()) return it->second;
+  }
+  pjrt::BufferPtr buffer = UploadScalar(cpu_value(), elem, device);
+  std::lock_guard<std::mutex> lock(g_scalar_mu);
+  if (g_scalar_buffers.size() >= 4096) g_scalar_buffers.clear();  // many distinct values: start over
+  g_scalar_buffers.emplace(key, buffer);
+  return buffer;
+}
+
+pjrt::BufferPtr ScalarBuffer(const c10::Scalar& s, shlo::ElemType elem, int device) {
+  ScalarKey key{static_cast<int>(s.type()), static_cast<int>(elem), device, {0, 0}};
+  if (s.isComplex()) {
+    auto c = s.toComplexDouble();
+    double re = c.real(), im = c.imag();
+    std::memcpy(&key.bits[0], &re, 8);
+    std::memcpy(&key.bits[1], &im, 8);
+  } else if (s.isFloatingPoint()) {
+    double d = s.toDouble();
+    std::memcpy(&key.bits[0], &d, 8);
+  } else if (s.isBoolean()) {
+    key.bits[0] = s.toBool();
+  } else if (s.isIntegral(false) && !s.isSymbolic()) {
+    int64_t v = s.toLong();
+    std::memcpy(&key.bits[0], &v, 8);
+  } else {
+    return UploadScalar(at::scalar_tensor(s, at::TensorOptions().dtype(s.type())), elem, device);
+  }
+  return CachedScalar(key, [&] { return at::scalar_tensor(s, at::TensorOptions().dtype(s.type())); }, elem, device);
+}
+
+pjrt::BufferPtr ScalarBuffer(const at::Tensor& cpu_value, shlo::ElemType elem, int device) {
+  size_t size = cpu_value.element_size();
+  if (cpu_value.numel() != 1 || size > 16 || !cpu_value.device().is_cpu()) return UploadScalar(cpu_value, elem, device);
+  ScalarKey key{100 + static_cast<int>(cpu_value.scalar_type()), static_cast<int>(elem), device, {0, 0}};
+  std::memcpy(key.bits, cpu_value.data_ptr(), size);
+  return CachedScalar(key, [&] { return cpu_value; }, elem, device);
+}
+
 // ---- eager modes ----
 std::atomic<int> g_mode{static_cast<int>(EagerMode::kFused)};  // the default: passes the suite, fastest
 
@@ -681,10 +749,9 @@ std::vector<pjrt::BufferPtr> Inputs(const Program& p, const Call& call, int devi
       keep.push_back(storages ? StorageOf(call.slots[src.slot])->Materialize(src.elem) : nullptr);
     } else if (src.kind == ParamSource::Scalar) {
       if (src.slot >= 0) {
-        keep.push_back(UploadScalar(call.slots[src.slot], src.elem, device));
+        keep.push_back(ScalarBuffer(call.slots[src.slot], src.elem, device));
       } else {
-        const c10::Scalar& s = call.scalars[-1 - src.slot];
-        keep.push_back(UploadScalar(at::scalar_tensor(s, at::TensorOptions().dtype(s.type())), src.elem, device));
+        keep.push_back(ScalarBuffer(call.scalars[-1 - src.slot], src.elem, device));
       }
     } else {
       auto [seed, offset] = NextPhiloxState(call.generators[src.slot], device, src.rng_increment);
