@@ -206,7 +206,11 @@ def test_hf_generate_with_static_cache_and_compiled_forward():
     mid = counters()
     assert torch.equal(dev.generate(ids.to("tpu"), **kwargs).cpu(), expected)
     assert delta(mid, "compile_graphs") == 0
-    assert delta(mid, "programs_compiled") == 0
+    # generate()'s own eager ops between the compiled calls are fused graphs, compiled whole
+    # the second time they are seen; from the third call on nothing compiles.
+    steady = counters()
+    assert torch.equal(dev.generate(ids.to("tpu"), **kwargs).cpu(), expected)
+    assert delta(steady, "programs_compiled") == 0
 
 
 # ---------------------------------------------------------------- Dynamo behaviour

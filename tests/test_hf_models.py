@@ -249,7 +249,12 @@ def test_static_cache_decode_compiles_nothing_per_token(models, mode):
     with torch_tpu.eager_mode(mode):
         got = decode(tpu, "tpu", seen)
     assert torch.equal(got, want)
-    assert len(set(seen[2:])) == 1, f"programs compiled after each step: {seen}"
+    # Fused mode compiles a graph structure whole when it repeats. This loop's first decode step
+    # has its own structure (its position is a slice of the prefill's arange), so the steady
+    # structure first appears at decode step 2 and is compiled at its repeat, decode step 3.
+    # (generate()'s compiled decoding forward keeps the two-step bound: see below.)
+    steady = 2 if mode == "strict" else 3
+    assert len(set(seen[steady:])) == 1, f"programs compiled after each step: {seen}"
 
 
 class _Counters(StoppingCriteria):

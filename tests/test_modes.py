@@ -62,17 +62,49 @@ def test_fused_defers_until_a_sync_point_and_runs_one_program():
     torch.testing.assert_close(host, (a.cpu() * 2 + 1).relu().sum(0))
 
 
-def test_fused_graphs_are_cached_by_structure():
-    torch_tpu.set_eager_mode("fused")
-    x = torch.randn(8, device="tpu")
-    x.cpu()  # x's own graph (the random fill) runs here
-    for i in range(4):
-        y = (x * (i + 1)).exp().sum()  # a different scalar each time: a run-time parameter
-        assert abs(y.item() - (x.cpu() * (i + 1)).exp().sum().item()) < 1e-3 * abs(y.item())
-        if i == 0:
-            torch_tpu.metrics.reset()
+TIERING_CHILD = """
+import json, torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.randn(8, device="tpu")
+x.cpu()  # x's own graph (the random fill) runs here
+torch_tpu.metrics.reset()
+seen = []
+for i in range(5):
+    y = (x * (i + 1)).exp().sum()  # a different scalar each time: a run-time parameter
+    assert abs(y.item() - (x.cpu() * (i + 1)).exp().sum().item()) < 1e-3 * abs(y.item())
     m = torch_tpu.metrics()
-    assert m["fused_graphs_compiled"] == 0 and m["fused_graphs_run"] == 3
+    seen.append([m["fused_graphs_op_by_op"], m["fused_graphs_compiled"], m["disk_cache_hits"]])
+print(json.dumps(seen))
+"""
+
+
+def test_fused_graphs_are_cached_by_structure(tmp_path):
+    # First sight of a structure: op by op through per-op programs; second: compiled whole;
+    # then it only runs. A new process finds the whole program in the disk cache at first sight.
+    import json
+
+    from conftest import run_python
+
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
+    out = run_python(TIERING_CHILD, env)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [s[0] for s in seen] == [1, 1, 1, 1, 1]
+    assert [s[1] for s in seen] == [0, 1, 1, 1, 1]
+    out = run_python(TIERING_CHILD, env)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [s[0] for s in seen] == [0] * 5 and [s[1] for s in seen] == [0] * 5
+    assert seen[0][2] >= 1  # the whole graph came from the disk cache
+
+
+def test_fused_compile_at_first_sight_when_asked(tmp_path):
+    from conftest import run_python
+
+    out = run_python(TIERING_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_COMPILE_AFTER": "1"})
+    assert out.returncode == 0, out.stderr
+    seen = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert [s[0] for s in seen] == [0] * 5 and [s[1] for s in seen] == [1] * 5
 
 
 def test_fused_in_place_and_views_see_each_other():

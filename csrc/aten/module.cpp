@@ -42,6 +42,7 @@ py::dict MetricsDict() {
   d["ops_recorded"] = m.ops_recorded.load();
   d["fused_graphs_run"] = m.fused_graphs_run.load();
   d["fused_graphs_compiled"] = m.fused_graphs_compiled.load();
+  d["fused_graphs_op_by_op"] = m.fused_graphs_op_by_op.load();
   d["fused_ops"] = m.fused_ops.load();
   d["host_to_device_bytes"] = m.host_to_device_bytes.load();
   d["device_to_host_bytes"] = m.device_to_host_bytes.load();

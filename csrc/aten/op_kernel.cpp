@@ -853,6 +853,16 @@ int64_t FusedOpLimit() {
   return limit;
 }
 
+// How many times a graph structure must be flushed before it is compiled whole
+// (TORCH_TPU_FUSED_COMPILE_AFTER; 1 compiles every graph at once).
+int64_t FusedCompileAfter() {
+  static int64_t after = [] {
+    const char* env = std::getenv("TORCH_TPU_FUSED_COMPILE_AFTER");
+    return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{2};
+  }();
+  return after;
+}
+
 struct FusedProgram {
   pjrt::ExecutablePtr exe;
   std::vector<std::string> check_messages;
@@ -927,39 +937,54 @@ class FusedGraph {
     for (int o : outputs) key_.push_back(o);
     for (const auto& c : checks_) key_.push_back(c.first);
 
+    metrics.fused_graphs_run++;
+    metrics.fused_ops += static_cast<int64_t>(calls_.size());
     std::shared_ptr<FusedProgram> fused;
+    bool hot = true;
     {
       std::lock_guard<std::mutex> lock(g_fused_mu);
       auto it = g_fused.find(key_);
-      if (it != g_fused.end()) fused = it->second;
+      if (it != g_fused.end()) {
+        fused = it->second;
+      } else {
+        // Compile a structure only once it repeats (a training step, a static-shape decode
+        // step). Graphs seen once (a decode step over a growing cache, one test's forward)
+        // run op by op through the per-op programs, which every graph shares: compiling each
+        // of those whole would cost far more than it saves.
+        if (g_seen.size() > 100000) g_seen.clear();
+        hot = ++g_seen[KeyHash()(key_)] >= FusedCompileAfter();
+      }
     }
     if (!fused) {
       fused = std::make_shared<FusedProgram>();
       std::string module = ModuleText(outputs);
+      std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
       try {
-        fused->exe = Runtime::Get().Compile(module, "fused graph of " + std::to_string(calls_.size()) + " ops");
+        fused->exe = hot ? Runtime::Get().Compile(module, what) : Runtime::Get().Cached(module);
       } catch (const std::exception&) {
         // Run the ops one by one instead: those before the culprit compute their values, and
         // the culprit raises its own error, naming it.
         RunOneByOne(outputs, targets);
         return;
       }
+      if (!fused->exe) {  // seen once, and not in the disk cache
+        metrics.fused_graphs_op_by_op++;
+        RunOneByOne(outputs, targets);
+        return;
+      }
       for (const auto& c : checks_) fused->check_messages.push_back(c.second);
       std::lock_guard<std::mutex> lock(g_fused_mu);
       g_fused[key_] = fused;
-      metrics.fused_graphs_compiled++;
+      if (hot) metrics.fused_graphs_compiled++;
     }
     std::vector<pjrt::BufferPtr> params = std::move(params_);  // alive until Execute returns
     std::vector<PJRT_Buffer*> raw;
     for (const auto& b : params) raw.push_back(b->raw());
     Runtime& rt = Runtime::Get();
     int device = device_;
-    size_t num_ops = calls_.size();
     Reset();  // before running: a failure must not leave the graph half-flushed
     std::vector<pjrt::BufferPtr> outs = rt.Execute(*fused->exe, device, raw);
     metrics.executions++;
-    metrics.fused_graphs_run++;
-    metrics.fused_ops += static_cast<int64_t>(num_ops);
     for (size_t i = 0; i < targets.size(); ++i) {
       static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context())->AssignComputed(outs[i], targets[i].second);
     }
@@ -985,13 +1010,22 @@ class FusedGraph {
         if (values[outputs[i]]) s->AssignComputed(values[outputs[i]], targets[i].second);
       }
     };
-    for (const Call& c : calls) {
+    // A value neither kept nor checked is dropped after its last use, as XLA would.
+    std::vector<size_t> last_use(values.size(), calls.size());
+    for (size_t k = 0; k < calls.size(); ++k)
+      for (int a : calls[k].args) last_use[a] = k;
+    for (int o : outputs) last_use[o] = calls.size();
+    for (const auto& ch : checks) last_use[ch.first] = calls.size();
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const Call& c = calls[k];
       try {
         std::vector<PJRT_Buffer*> raw;
         for (int a : c.args) raw.push_back(values[a]->raw());
         std::vector<pjrt::BufferPtr> outs = rt.Execute(*Compiled(*c.program), device, raw);
         GetMetrics().executions++;
         for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
+        for (int a : c.args)
+          if (last_use[a] == k) values[a].reset();
       } catch (const std::exception& ex) {
         assign_computed();
         std::string message = std::string("tpu: ") + c.program->op_name + " (deferred in a fused graph) failed: " + ex.what();
@@ -1029,9 +1063,7 @@ class FusedGraph {
     s->elem = elem;
     storage_value_[s->uid] = value;
     elem_[s->uid] = elem;
-    bool known = false;
-    for (const auto& [uid, pend] : pending_order_) known |= uid == s->uid;
-    if (!known) {
+    if (pending_uids_.insert(s->uid).second) {
       pending_order_.emplace_back(s->uid, PendingStorage{c10::weak_intrusive_ptr<c10::StorageImpl>(
                                                c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
                                                    t.storage().unsafeGetStorageImpl()))});
@@ -1103,6 +1135,7 @@ class FusedGraph {
     storage_value_.clear();
     elem_.clear();
     pending_order_.clear();
+    pending_uids_.clear();
     checks_.clear();
     key_.clear();
   }
@@ -1122,16 +1155,19 @@ class FusedGraph {
   std::unordered_map<uint64_t, int> storage_value_;  // storage uid -> its current value id
   std::unordered_map<uint64_t, shlo::ElemType> elem_;
   std::vector<std::pair<uint64_t, PendingStorage>> pending_order_;
+  std::unordered_set<uint64_t> pending_uids_;  // the uids in pending_order_
   std::vector<std::pair<int, std::string>> checks_;
   std::vector<int64_t> key_;
   std::unordered_map<int, std::string> refs_;
 
   static std::mutex g_fused_mu;
   static std::unordered_map<std::vector<int64_t>, std::shared_ptr<FusedProgram>, KeyHash> g_fused;
+  static std::unordered_map<size_t, int> g_seen;  // structure hash -> flushes seen (not compiled yet)
 };
 
 std::mutex FusedGraph::g_fused_mu;
 std::unordered_map<std::vector<int64_t>, std::shared_ptr<FusedProgram>, KeyHash> FusedGraph::g_fused;
+std::unordered_map<size_t, int> FusedGraph::g_seen;
 
 // One open graph per process; eager dispatch holds the GIL, the lock covers other threads.
 std::recursive_mutex g_graph_mu;

@@ -23,6 +23,7 @@ struct Metrics {
   std::atomic<int64_t> ops_recorded{0};           // fused mode: ops deferred into graphs
   std::atomic<int64_t> fused_graphs_run{0};
   std::atomic<int64_t> fused_graphs_compiled{0};
+  std::atomic<int64_t> fused_graphs_op_by_op{0};  // first sightings run through per-op programs
   std::atomic<int64_t> fused_ops{0};              // ops run inside fused graphs
   std::atomic<int64_t> host_to_device_bytes{0};
   std::atomic<int64_t> device_to_host_bytes{0};

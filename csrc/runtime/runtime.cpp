@@ -135,7 +135,7 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
                             plugin->api_minor());
 }
 
-pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
+pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = executables_.find(module_text);
@@ -144,23 +144,25 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
       return it->second;
     }
   }
+  if (cache_dir_.empty()) return nullptr;
+  std::string bytes;
+  if (!DiskCacheRead(cache_dir_, DiskCacheKey(module_text, compile_options_), &bytes)) return nullptr;
+  try {
+    pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
+    GetMetrics().disk_cache_hits++;
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    executables_.emplace(module_text, exe);
+    return exe;
+  } catch (const pjrt::Error&) {
+    return nullptr;  // a file from another plugin build, or damaged: compiling overwrites it
+  }
+}
+
+pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
+  if (pjrt::ExecutablePtr exe = Cached(module_text)) return exe;
   Metrics& m = GetMetrics();
   std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, compile_options_);
-  if (!key.empty()) {
-    std::string bytes;
-    if (DiskCacheRead(cache_dir_, key, &bytes)) {
-      try {
-        pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
-        m.disk_cache_hits++;
-        std::lock_guard<std::mutex> lock(cache_mu_);
-        executables_.emplace(module_text, exe);
-        return exe;
-      } catch (const pjrt::Error&) {
-        // A file from another plugin build, or damaged: compile and overwrite it.
-      }
-    }
-    m.disk_cache_misses++;
-  }
+  if (!key.empty()) m.disk_cache_misses++;
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {

@@ -66,6 +66,8 @@ class Runtime {
   // Compiles a module, or finds it in the memory cache, or loads it from the disk cache
   // ($TORCH_TPU_CACHE_DIR); `op_name` is for errors and metrics.
   pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name);
+  // The executable of a module compiled before (memory cache, then disk cache); null if none.
+  pjrt::ExecutablePtr Cached(const std::string& module_text);
   // Folder of this plugin's disk cache ("" when disabled).
   const std::string& cache_dir() const { return cache_dir_; }
   size_t compiled_programs() const;
