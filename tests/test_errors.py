@@ -104,6 +104,26 @@ def test_tensors_on_different_devices_in_fallback_ops():
     assert torch.masked_select(a, mask.to("tpu")).shape == (9,)
 
 
+def test_program_limit_raises_a_clear_error(tmp_path):
+    # XLA's CPU JIT keeps ~4 memory mappings per program; past vm.max_map_count the process
+    # would die inside XLA. The limit (lowered here) turns that into an exception at the op.
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("strict")
+        try:
+            for i in range(1, 100):
+                (torch.ones(i, device="tpu") * 3).sum().item()
+            print("NO ERROR")
+        except RuntimeError as e:
+            print("RAISED", e)
+        print("STILL USABLE", (torch.ones(4, device="tpu") * 3).sum().item())
+    """)
+    out = run_python(code, {"TORCH_TPU_MAX_PROGRAMS": "12", "TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert "RAISED" in out.stdout and "vm.max_map_count" in out.stdout and "TORCH_TPU_MAX_PROGRAMS=12" in out.stdout
+    assert "STILL USABLE 12.0" in out.stdout  # programs already compiled keep running
+
+
 def test_out_of_memory_in_subprocess():
     code = textwrap.dedent("""
         import torch

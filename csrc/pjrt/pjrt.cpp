@@ -354,7 +354,15 @@ ExecutablePtr Client::Deserialize(const std::string& bytes) const {
   args.client = raw_;
   args.serialized_executable = bytes.data();
   args.serialized_executable_size = bytes.size();
-  plugin_->Check(plugin_->api()->PJRT_Executable_DeserializeAndLoad(&args), "DeserializeAndLoad");
+  PJRT_Error* err = plugin_->api()->PJRT_Executable_DeserializeAndLoad(&args);
+  if (err != nullptr) {
+    // No exception, as in Serialize: the caller compiles instead (and a throw right after a
+    // failed load was seen to crash in the unwinder, see Serialize).
+    auto d = Args<PJRT_Error_Destroy_Args>();
+    d.error = err;
+    plugin_->api()->PJRT_Error_Destroy(&d);
+    return nullptr;
+  }
   return std::make_shared<Executable>(plugin_, args.loaded_executable);
 }
 

@@ -128,6 +128,7 @@ class Client {
                      size_t device_index) const;
   BufferPtr CopyToDevice(const Buffer& src, size_t device_index) const;
   ExecutablePtr Compile(const std::string& mlir_text, const std::string& compile_options) const;
+  // Null when the plugin cannot load these bytes (another build's file, a damaged one).
   ExecutablePtr Deserialize(const std::string& bytes) const;
   // Plugins without memory statistics (the CPU plugin) return nullopt-like: bytes_limit < 0.
   bool MemoryStats(size_t device_index, DeviceMemoryStats* out) const;

@@ -1,6 +1,8 @@
 #include "runtime.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -133,6 +135,33 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   compile_options_ = pjrt::PortableCompileOptions();
   cache_dir_ = DiskCacheDir(client_->platform_name(), client_->platform_version(), plugin->api_major(),
                             plugin->api_minor());
+  max_programs_ = ProgramLimit(client_->platform_name());
+}
+
+// XLA's CPU JIT maps each program's code into about 4 memory mappings (measured: 3.7) and
+// keeps them for the life of the process. Past the kernel's vm.max_map_count (65530 by
+// default, about 16,000 programs) mmap fails inside XLA and the process dies; past this
+// limit a compile raises a clear error instead. TORCH_TPU_MAX_PROGRAMS overrides it.
+size_t Runtime::ProgramLimit(const std::string& platform) {
+  if (const char* env = std::getenv("TORCH_TPU_MAX_PROGRAMS")) return std::max<long long>(1, std::atoll(env));
+  if (platform != "cpu") return static_cast<size_t>(-1);
+  long long max_maps = 65530;
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+    if (std::fscanf(f, "%lld", &max_maps) != 1) max_maps = 65530;
+    std::fclose(f);
+  }
+  return static_cast<size_t>(std::max<long long>(1000, max_maps * 8 / 10 / 4));  // room for everything else
+}
+
+void Runtime::CheckProgramLimit() {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (executables_.size() < max_programs_) return;
+  throw pjrt::Error("tpu: this process already holds " + std::to_string(executables_.size()) +
+                        " compiled programs, the most it can (TORCH_TPU_MAX_PROGRAMS=" + std::to_string(max_programs_) +
+                        "): each XLA CPU program keeps about 4 memory mappings and the kernel's vm.max_map_count "
+                        "caps them. Raise it (sysctl -w vm.max_map_count=262144), use fewer distinct shapes "
+                        "per process, or start a new process.",
+                    9);
 }
 
 pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
@@ -147,15 +176,12 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
   if (cache_dir_.empty()) return nullptr;
   std::string bytes;
   if (!DiskCacheRead(cache_dir_, DiskCacheKey(module_text, compile_options_), &bytes)) return nullptr;
-  try {
-    pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
-    GetMetrics().disk_cache_hits++;
-    std::lock_guard<std::mutex> lock(cache_mu_);
-    executables_.emplace(module_text, exe);
-    return exe;
-  } catch (const pjrt::Error&) {
-    return nullptr;  // a file from another plugin build, or damaged: compiling overwrites it
-  }
+  CheckProgramLimit();
+  pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
+  if (!exe) return nullptr;  // a file from another plugin build, or damaged: compiling overwrites it
+  GetMetrics().disk_cache_hits++;
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return executables_.emplace(module_text, exe).first->second;
 }
 
 pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
@@ -163,6 +189,7 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   Metrics& m = GetMetrics();
   std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, compile_options_);
   if (!key.empty()) m.disk_cache_misses++;
+  CheckProgramLimit();
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
@@ -187,8 +214,9 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
     m.slowest_compile_op = op_name;
   }
   std::lock_guard<std::mutex> lock(cache_mu_);
-  executables_.emplace(module_text, exe);
-  return exe;
+  // Two threads may compile one module at once: both keep the first executable, so no
+  // executable (and its JIT code) is ever destroyed while the process runs.
+  return executables_.emplace(module_text, exe).first->second;
 }
 
 size_t Runtime::compiled_programs() const {

@@ -89,10 +89,13 @@ class Runtime {
 
  private:
   explicit Runtime(const RuntimeConfig& config);
+  static size_t ProgramLimit(const std::string& platform);
+  void CheckProgramLimit();  // throws pjrt::Error when no more programs can be loaded
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
   std::string cache_dir_;
+  size_t max_programs_ = static_cast<size_t>(-1);
   mutable std::mutex cache_mu_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
   std::mutex address_mu_;
