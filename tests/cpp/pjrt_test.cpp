@@ -226,7 +226,7 @@ TEST(PjrtExecutable, SerializeDeserializeRoundTrip) {
   EXPECT_EQ(loaded->num_outputs(), 2u);
   CheckAddMul(*loaded, 0);
   CheckAddMul(*loaded, 1);
-  EXPECT_THROW(TestClient().Deserialize("definitely not an executable"), Error);
+  EXPECT_EQ(TestClient().Deserialize("definitely not an executable"), nullptr);  // the caller compiles instead
 }
 
 TEST(PjrtExecutable, NoLeakOverManyBuffersAndExecutables) {
