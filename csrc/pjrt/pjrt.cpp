@@ -20,16 +20,20 @@ T Args() {
 #define PJRT_HAS(api, fn) \
   (offsetof(PJRT_Api, fn) < (api)->struct_size && (api)->fn != nullptr)
 
+// Destroys an error nobody needs to see (a best-effort call whose failure has a fallback).
+void DropError(const PJRT_Api* api, PJRT_Error* err) {
+  if (err == nullptr) return;
+  auto d = Args<PJRT_Error_Destroy_Args>();
+  d.error = err;
+  api->PJRT_Error_Destroy(&d);
+}
+
 void DestroyEvent(const PJRT_Api* api, PJRT_Event* event) {
   if (event == nullptr) return;
   auto args = Args<PJRT_Event_Destroy_Args>();
   args.event = event;
   PJRT_Error* err = api->PJRT_Event_Destroy(&args);
-  if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    api->PJRT_Error_Destroy(&d);
-  }
+  DropError(api, err);
 }
 
 // Waits for `event`, destroys it, and throws its error if it carries one.
@@ -90,9 +94,7 @@ void Plugin::Check(PJRT_Error* err, const char* what) const {
   auto code_args = Args<PJRT_Error_GetCode_Args>();
   code_args.error = err;
   if (api_->PJRT_Error_GetCode(&code_args) == nullptr) code = static_cast<int>(code_args.code);
-  auto d = Args<PJRT_Error_Destroy_Args>();
-  d.error = err;
-  api_->PJRT_Error_Destroy(&d);
+  DropError(api_, err);
   throw Error(text, code);
 }
 
@@ -100,11 +102,7 @@ Buffer::~Buffer() {
   auto args = Args<PJRT_Buffer_Destroy_Args>();
   args.buffer = raw_;
   PJRT_Error* err = plugin_->api()->PJRT_Buffer_Destroy(&args);
-  if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    plugin_->api()->PJRT_Error_Destroy(&d);
-  }
+  DropError(plugin_->api(), err);
 }
 
 std::vector<int64_t> Buffer::dims() const {
@@ -157,11 +155,7 @@ Executable::~Executable() {
   auto args = Args<PJRT_LoadedExecutable_Destroy_Args>();
   args.executable = raw_;
   PJRT_Error* err = plugin_->api()->PJRT_LoadedExecutable_Destroy(&args);
-  if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    plugin_->api()->PJRT_Error_Destroy(&d);
-  }
+  DropError(plugin_->api(), err);
 }
 
 Event::~Event() { DestroyEvent(plugin_->api(), raw_); }
@@ -171,9 +165,7 @@ bool Event::IsReady() const {
   args.event = raw_;
   PJRT_Error* err = plugin_->api()->PJRT_Event_IsReady(&args);
   if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    plugin_->api()->PJRT_Error_Destroy(&d);
+    DropError(plugin_->api(), err);
     return true;
   }
   return args.is_ready;
@@ -183,11 +175,7 @@ void Event::AwaitIgnoringError() const {
   auto args = Args<PJRT_Event_Await_Args>();
   args.event = raw_;
   PJRT_Error* err = plugin_->api()->PJRT_Event_Await(&args);
-  if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    plugin_->api()->PJRT_Error_Destroy(&d);
-  }
+  DropError(plugin_->api(), err);
 }
 
 std::vector<BufferPtr> Executable::Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args,
@@ -235,9 +223,7 @@ std::string Executable::Serialize() const {
     // No exception here: the only use is the disk cache, and a C++ throw at this point was
     // seen to crash in the unwinder after many XLA-CPU JIT compilations (a long Transformers
     // test run). An executable that cannot be serialized is just not cached on disk.
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    api->PJRT_Error_Destroy(&d);
+    DropError(api, err);
     return {};
   }
   std::string bytes(ser.serialized_bytes, ser.serialized_bytes_size);
@@ -283,11 +269,7 @@ Client::~Client() {
   auto args = Args<PJRT_Client_Destroy_Args>();
   args.client = raw_;
   PJRT_Error* err = plugin_->api()->PJRT_Client_Destroy(&args);
-  if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    plugin_->api()->PJRT_Error_Destroy(&d);
-  }
+  DropError(plugin_->api(), err);
 }
 
 PJRT_Device* Client::device(size_t index) const {
@@ -358,9 +340,7 @@ ExecutablePtr Client::Deserialize(const std::string& bytes) const {
   if (err != nullptr) {
     // No exception, as in Serialize: the caller compiles instead (and a throw right after a
     // failed load was seen to crash in the unwinder, see Serialize).
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    plugin_->api()->PJRT_Error_Destroy(&d);
+    DropError(plugin_->api(), err);
     return nullptr;
   }
   return std::make_shared<Executable>(plugin_, args.loaded_executable);
@@ -373,9 +353,7 @@ bool Client::MemoryStats(size_t device_index, DeviceMemoryStats* out) const {
   args.device = device(device_index);
   PJRT_Error* err = api->PJRT_Device_MemoryStats(&args);
   if (err) {
-    auto d = Args<PJRT_Error_Destroy_Args>();
-    d.error = err;
-    api->PJRT_Error_Destroy(&d);
+    DropError(api, err);
     return false;  // Unimplemented on the CPU plugin.
   }
   out->bytes_in_use = args.bytes_in_use;
