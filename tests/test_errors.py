@@ -105,8 +105,6 @@ def test_tensors_on_different_devices_in_fallback_ops():
 
 
 def test_program_limit_raises_a_clear_error(tmp_path):
-    # XLA's CPU JIT keeps ~4 memory mappings per program; past vm.max_map_count the process
-    # would die inside XLA. The limit (lowered here) turns that into an exception at the op.
     code = textwrap.dedent("""
         import torch, torch_tpu
         torch_tpu.set_eager_mode("strict")
@@ -120,8 +118,45 @@ def test_program_limit_raises_a_clear_error(tmp_path):
     """)
     out = run_python(code, {"TORCH_TPU_MAX_PROGRAMS": "12", "TORCH_TPU_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    assert "RAISED" in out.stdout and "vm.max_map_count" in out.stdout and "TORCH_TPU_MAX_PROGRAMS=12" in out.stdout
+    assert "RAISED" in out.stdout and "TORCH_TPU_MAX_PROGRAMS=12" in out.stdout
     assert "STILL USABLE 12.0" in out.stdout  # programs already compiled keep running
+
+
+def test_memory_mapping_budget(tmp_path):
+    # XLA's CPU JIT keeps every program's kernels mapped (3 mappings each) for the life of the
+    # process; past vm.max_map_count it would abort inside XLA. Here the budget is lowered to
+    # just above what the process already maps: whole fused graphs are no longer compiled
+    # (their ops run through per-op programs), and new per-op programs end in a clear error.
+    code = textwrap.dedent("""
+        import os, torch, torch_tpu
+        mapped = sum(1 for _ in open("/proc/self/maps"))
+        # Half the budget is below what the process maps once the runtime is up; 90% leaves
+        # room for a few dozen programs.
+        os.environ["TORCH_TPU_MAX_MAPPINGS"] = str(int((mapped + 150) * 1.6))
+        x = torch.ones(8, device="tpu")
+        with torch_tpu.eager_mode("fused"):
+            torch_tpu.metrics.reset()
+            for _ in range(3):
+                print("FUSED", ((x * 2 + 1).exp() - 3).sum().item())
+            m = torch_tpu.metrics()
+            print("WHOLE", m["fused_graphs_compiled"], "OP BY OP", m["fused_graphs_op_by_op"])
+        torch_tpu.set_eager_mode("strict")
+        try:
+            for i in range(1, 1000):
+                (torch.ones(i, device="tpu") * 3).sum().item()
+            print("NO ERROR")
+        except RuntimeError as e:
+            print("RAISED", e)
+        print("STILL USABLE", (torch.ones(4, device="tpu") * 3).sum().item())
+    """)
+    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    expected = float(((torch.ones(8) * 2 + 1).exp() - 3).sum())
+    fused = [float(line.split()[1]) for line in out.stdout.splitlines() if line.startswith("FUSED")]
+    assert len(fused) == 3 and all(abs(v - expected) < 1e-3 for v in fused), out.stdout
+    assert "WHOLE 0 OP BY OP 3" in out.stdout, out.stdout
+    assert "RAISED" in out.stdout and "vm.max_map_count" in out.stdout and "memory mappings" in out.stdout, out.stdout
+    assert "STILL USABLE 12.0" in out.stdout, out.stdout
 
 
 def test_out_of_memory_in_subprocess():

@@ -960,7 +960,10 @@ class FusedGraph {
       std::string module = ModuleText(outputs);
       std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
       try {
-        fused->exe = hot ? Runtime::Get().Compile(module, what) : Runtime::Get().Cached(module);
+        // Near the process's mapping budget a whole graph is not loaded at all: its ops run
+        // through per-op programs, which other graphs share (Runtime::MappingsTight).
+        Runtime& rt = Runtime::Get();
+        if (!rt.MappingsTight()) fused->exe = hot ? rt.Compile(module, what) : rt.Cached(module);
       } catch (const std::exception&) {
         // Run the ops one by one instead: those before the culprit compute their values, and
         // the culprit raises its own error, naming it.

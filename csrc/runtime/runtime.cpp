@@ -135,32 +135,68 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   compile_options_ = pjrt::PortableCompileOptions();
   cache_dir_ = DiskCacheDir(client_->platform_name(), client_->platform_version(), plugin->api_major(),
                             plugin->api_minor());
-  max_programs_ = ProgramLimit(client_->platform_name());
+  if (const char* env = std::getenv("TORCH_TPU_MAX_PROGRAMS")) max_programs_ = std::max<long long>(1, std::atoll(env));
+  if (client_->platform_name() == "cpu") {
+    long long max_maps = 65530;
+    if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+      if (std::fscanf(f, "%lld", &max_maps) != 1) max_maps = 65530;
+      std::fclose(f);
+    }
+    max_mappings_ = static_cast<size_t>(std::max<long long>(1000, max_maps));
+  }
+  if (const char* env = std::getenv("TORCH_TPU_MAX_MAPPINGS")) max_mappings_ = std::max<long long>(1, std::atoll(env));
 }
 
-// XLA's CPU JIT maps each program's code into about 4 memory mappings (measured: 3.7) and
-// keeps them for the life of the process. Past the kernel's vm.max_map_count (65530 by
-// default, about 16,000 programs) mmap fails inside XLA and the process dies; past this
-// limit a compile raises a clear error instead. TORCH_TPU_MAX_PROGRAMS overrides it.
-size_t Runtime::ProgramLimit(const std::string& platform) {
-  if (const char* env = std::getenv("TORCH_TPU_MAX_PROGRAMS")) return std::max<long long>(1, std::atoll(env));
-  if (platform != "cpu") return static_cast<size_t>(-1);
-  long long max_maps = 65530;
-  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
-    if (std::fscanf(f, "%lld", &max_maps) != 1) max_maps = 65530;
+// XLA's CPU JIT maps every kernel of a program into three memory mappings (code, constants,
+// data) and keeps them for the life of the process: a per-op program takes about 3, a whole
+// training step hundreds. Its unwind tables are never deregistered, so executables cannot be
+// freed safely either. Past the kernel's vm.max_map_count (65530 by default) mmap fails inside
+// XLA (a thread stack, a JIT section) and the process aborts; so the mappings are counted
+// before a program is loaded, optional whole-graph programs stop at half the budget, and past
+// 90% a load raises a clear error. TORCH_TPU_MAX_MAPPINGS overrides the budget;
+// TORCH_TPU_MAX_PROGRAMS adds a limit on the program count.
+size_t Runtime::MappingsInUse() {
+  size_t programs;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    programs = executables_.size();
+    if (programs < recount_at_programs_) return mappings_seen_;
+  }
+  size_t lines = 0;
+  if (FILE* f = std::fopen("/proc/self/maps", "r")) {
+    char chunk[1 << 16];
+    size_t n;
+    while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0)
+      for (size_t i = 0; i < n; ++i) lines += chunk[i] == '\n';
     std::fclose(f);
   }
-  return static_cast<size_t>(std::max<long long>(1000, max_maps * 8 / 10 / 4));  // room for everything else
+  // The next count after 1 program per 1000 mappings of headroom: no program maps that many.
+  size_t headroom = max_mappings_ > lines ? max_mappings_ - lines : 0;
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  mappings_seen_ = lines;
+  recount_at_programs_ = programs + std::max<size_t>(1, headroom / 1000);
+  return lines;
 }
 
+bool Runtime::MappingsTight() { return max_mappings_ > 0 && MappingsInUse() > max_mappings_ / 2; }
+
 void Runtime::CheckProgramLimit() {
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (executables_.size() < max_programs_) return;
-  throw pjrt::Error("tpu: this process already holds " + std::to_string(executables_.size()) +
-                        " compiled programs, the most it can (TORCH_TPU_MAX_PROGRAMS=" + std::to_string(max_programs_) +
-                        "): each XLA CPU program keeps about 4 memory mappings and the kernel's vm.max_map_count "
-                        "caps them. Raise it (sysctl -w vm.max_map_count=262144), use fewer distinct shapes "
-                        "per process, or start a new process.",
+  size_t programs = compiled_programs();
+  if (programs >= max_programs_) {
+    throw pjrt::Error("tpu: this process already holds " + std::to_string(programs) +
+                          " compiled programs, the most it can (TORCH_TPU_MAX_PROGRAMS=" + std::to_string(max_programs_) +
+                          "). Use fewer distinct shapes per process, or start a new process.",
+                      9);
+  }
+  if (max_mappings_ == 0) return;
+  size_t mappings = MappingsInUse();
+  if (mappings <= max_mappings_ / 10 * 9) return;
+  throw pjrt::Error("tpu: this process holds " + std::to_string(programs) + " compiled programs in " +
+                        std::to_string(mappings) + " memory mappings, near the kernel's vm.max_map_count (" +
+                        std::to_string(max_mappings_) +
+                        "): XLA's CPU JIT keeps each program's code mapped for the life of the process. Raise the "
+                        "limit (sysctl -w vm.max_map_count=262144), use fewer distinct shapes per process, or start "
+                        "a new process.",
                     9);
 }
 

@@ -71,6 +71,10 @@ class Runtime {
   // Folder of this plugin's disk cache ("" when disabled).
   const std::string& cache_dir() const { return cache_dir_; }
   size_t compiled_programs() const;
+  // True once the process's memory mappings pass half of vm.max_map_count (CPU platform):
+  // optional programs (whole fused graphs, which each map dozens of kernels) are not loaded
+  // then, and their ops run through the shared per-op programs instead.
+  bool MappingsTight();
 
   // Runs `exe` on `device` (asynchronously) and remembers the execution until it finishes, so
   // that AwaitExecutions can wait for programs whose outputs nobody kept.
@@ -89,13 +93,16 @@ class Runtime {
 
  private:
   explicit Runtime(const RuntimeConfig& config);
-  static size_t ProgramLimit(const std::string& platform);
   void CheckProgramLimit();  // throws pjrt::Error when no more programs can be loaded
+  size_t MappingsInUse();    // this process's memory mappings, recounted at adaptive intervals
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
   std::string cache_dir_;
-  size_t max_programs_ = static_cast<size_t>(-1);
+  size_t max_programs_ = static_cast<size_t>(-1);  // TORCH_TPU_MAX_PROGRAMS
+  size_t max_mappings_ = 0;                         // vm.max_map_count on the CPU platform, else 0 (no limit)
+  size_t mappings_seen_ = 0;                        // at the last count
+  size_t recount_at_programs_ = 0;                  // count again once this many programs are loaded
   mutable std::mutex cache_mu_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
   std::mutex address_mu_;
