@@ -2,7 +2,7 @@
 and a forward, against strict eager on tpu, PyTorch CPU eager and torch.compile with the
 default Inductor backend on CPU, all measured in this one run. Reports medians and ratios.
 
-    python bench/compile.py [--batch 4] [--seq 64] [--iters 20]
+    python bench/compile.py [--batch 4] [--seq 64] [--rounds 5] [--iters 10]
 """
 import argparse
 import copy
@@ -43,7 +43,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--iters", type=int, default=10, help="timed calls per setup and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--switch-warmup", type=int, default=5, help="untimed calls after each switch of setup")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-inductor", action="store_true", help="skip the Inductor baseline (slow to compile)")
     parser.add_argument("--threads", type=int, default=0,
@@ -69,9 +71,11 @@ def main():
     ]
     if args.no_inductor:
         setups.pop()
-    # Everything is built (and compiled) first, then measured setup by setup: taking turns call
-    # by call would make each side pay for the other's idle threads (PyTorch's OpenMP workers
-    # spin after a parallel region and take the cores the XLA CPU runtime needs).
+    # Everything is built (and compiled) first, then timed in rounds: each round runs every
+    # setup in turn, so a slow spell of a noisy machine hits all of them alike, and a ratio is
+    # taken within each round. The first calls after a switch are not timed: they pay for the
+    # other side's idle threads (PyTorch's OpenMP workers spin after a parallel region and take
+    # the cores the XLA CPU runtime needs).
     compile_s, runs = {}, {}
     for name, device, wrap, sync in setups:
         model = copy.deepcopy(base).to(device)
@@ -84,29 +88,36 @@ def main():
         compile_s[name] = time.perf_counter() - start
         runs[(name, "train step")] = (lambda step=step, model=model, opt=opt, ids=ids: step(model, opt, ids), sync)
         runs[(name, "forward")] = (lambda fwd=fwd, model=model, ids=ids: fwd(model, ids), sync)
-    results = {}
-    for key, (fn, sync) in runs.items():
+    for fn, sync in runs.values():
         for _ in range(args.warmup):
             sync(fn())
-        samples = []
-        for _ in range(args.iters):
-            start = time.perf_counter()
-            sync(fn())
-            samples.append((time.perf_counter() - start) * 1e3)
-        results[key] = statistics.median(samples)
+    per_round = {key: [] for key in runs}
+    for _ in range(args.rounds):
+        for key, (fn, sync) in runs.items():
+            for _ in range(args.switch_warmup):
+                sync(fn())
+            samples = []
+            for _ in range(args.iters):
+                start = time.perf_counter()
+                sync(fn())
+                samples.append((time.perf_counter() - start) * 1e3)
+            per_round[key].append(statistics.median(samples))
+    results = {key: statistics.median(ms) for key, ms in per_round.items()}
+
+    def ratio(baseline, what):  # median over rounds of baseline time / compiled time
+        return statistics.median(b / c for b, c in zip(per_round[(baseline, what)], per_round[("tpu compiled", what)]))
 
     print(f"platform: {torch.tpu.get_device_name()}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
     print(f"tiny Llama (hidden 64, 2 layers, vocab 128), batch {args.batch} x seq {args.seq}, "
-          f"median of {args.iters} calls after {args.warmup} warm-up; "
+          f"{args.rounds} rounds of {args.iters} timed calls per setup, medians; "
           f"load average {os.getloadavg()[0]:.1f}")
     for what in ("train step", "forward"):
         print(f"\n{what}:")
         for name, *_ in setups:
             print(f"  {name:18s} {results[(name, what)]:9.2f} ms   (first calls incl. compile: {compile_s[name]:.1f} s)"
                   if what == "train step" else f"  {name:18s} {results[(name, what)]:9.2f} ms")
-        compiled = results[("tpu compiled", what)]
         for baseline, *_ in setups[1:]:
-            print(f"  compiled tpu vs {baseline:16s}: {results[(baseline, what)] / compiled:5.2f}x faster")
+            print(f"  compiled tpu vs {baseline:16s}: {ratio(baseline, what):5.2f}x faster (median of per-round ratios)")
     m = torch_tpu.metrics()
     print(f"\ncompile metrics: graphs {m['compile_graphs']}, programs {m['compile_programs']}, "
           f"partitioned {m['compile_partitioned_graphs']}, eager nodes {sum(m['compile_eager_nodes_by_op'].values())}, "
