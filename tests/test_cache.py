@@ -89,3 +89,15 @@ def test_recompilation_is_counted_with_its_reason():
 def test_metrics_cli_prints_counters():
     out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics"], capture_output=True, text=True, check=True)
     assert "programs_compiled" in out.stdout and "cpu_fallbacks" in out.stdout
+
+
+def test_arange_with_new_bounds_is_no_recompilation():
+    # torch.arange(a, b) hands its out= kernel an empty tensor to resize: resizing is not a
+    # signature miss, and bounds giving the same length reuse one program (a decode loop's
+    # cache_position = arange(past, past + 1) used to count a "recompilation" per token).
+    torch.arange(100, 104, device="tpu").cpu()
+    torch_tpu.metrics.reset()
+    for start in range(5):
+        assert torch.equal(torch.arange(start, start + 4, device="tpu").cpu(), torch.arange(start, start + 4))
+    m = torch_tpu.metrics()
+    assert m["signature_cache_misses"] == 0 and m["recompilations"] == 0, m

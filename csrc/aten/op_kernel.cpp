@@ -1304,14 +1304,18 @@ class GenericKernel final : public c10::OperatorKernel {
       bool factory = call.slots.size() <= e_->num_outs;
       if (e_->variant == Variant::Out && e_->num_outs > 0 && factory && !call.scalars.empty() &&
           ResizeOuts(*e_, stack, first)) {
+        GetMetrics().ops_dispatched--;  // counted again by the call below
         return (*this)(op, {}, stack);
       }
     } else {
+      // out= tensors of the wrong shape (torch.arange(a, b) hands an empty one) are resized
+      // first, then the call is looked up again: not a miss of its own.
+      if (e_->variant == Variant::Out && e_->num_outs > 0 && ResizeOuts(*e_, stack, first)) {
+        GetMetrics().ops_dispatched--;
+        return (*this)(op, {}, stack);
+      }
       GetMetrics().signature_misses++;
       NoteRecompile(*e_, *stack, first);
-      if (e_->variant == Variant::Out && e_->num_outs > 0 && ResizeOuts(*e_, stack, first)) {
-        return (*this)(op, {}, stack);  // out= tensors changed shape: new signature
-      }
       try {
         program = BuildProgram(*e_, *stack, first, call);
       } catch (const lowering::Unsupported&) {
