@@ -44,6 +44,9 @@ _modes._init_from_env()
 from . import _dynamo_hooks  # noqa: E402
 
 _dynamo_hooks.install()
+from . import distributed as _distributed  # noqa: E402
+
+_distributed.install()
 
 
 def _autograd_threads_started():

@@ -19,6 +19,7 @@ void RegisterGraphBindings(py::module_& m);  // graph.cpp: torch.compile program
 namespace tpu::aten {
 
 void RegisterCompositeKernels();  // kernels.cpp
+std::vector<std::string> RegisterCollectives();  // collectives.cpp: torch.distributed on tpu tensors
 
 namespace {
 
@@ -67,6 +68,7 @@ PYBIND11_MODULE(_C, m) {
     aten::RegisterLoweredOps();
     aten::RegisterCompositeKernels();
   });
+  m.def("_register_collectives", &aten::RegisterCollectives);
   m.def("_initialized", &runtime::Runtime::Initialized);
   m.def("_init", [] {
     // A forked child re-runs torch.tpu._lazy_init, which refuses to start there.

@@ -1,0 +1,25 @@
+"""torch.distributed on tpu tensors.
+
+Collectives on tpu tensors (all_reduce, all_gather, reduce_scatter, broadcast, send/recv, ...)
+run through the process group's CPU backend on host copies (csrc/aten/collectives.cpp), so
+`init_process_group("gloo")` serves tpu tensors as it serves CPU ones: DDP, DTensor, tensor
+parallelism and FSDP work across processes, one tpu device each (`torch.tpu.set_device(rank)`;
+`TORCH_TPU_NUM_DEVICES` gives the CPU plugin more than one device)."""
+import warnings
+
+import torch
+
+from . import _C
+
+_registered = False
+
+
+def install():
+    """Registers the tpu collectives once (at import of torch_tpu when torch.distributed is built)."""
+    global _registered
+    if _registered or not torch.distributed.is_available():
+        return
+    _registered = True
+    failed = _C._register_collectives()
+    if failed:  # another torch's c10d kernel signatures
+        warnings.warn("torch_tpu: these torch.distributed collectives are unavailable on tpu: " + "; ".join(failed))
