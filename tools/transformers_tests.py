@@ -71,6 +71,9 @@ def run_family(src, family, device, workdir, args):
     if device == "tpu":
         env.update(TRANSFORMERS_TEST_BACKEND="torch_tpu", TRANSFORMERS_TEST_DEVICE="tpu",
                    TRANSFORMERS_TEST_DEVICE_SPEC=SHIM)
+        # Two devices per process: the tensor-parallel and FSDP tests spawn one process per
+        # device (on CPU they use one per core), with torch.distributed on tpu tensors.
+        env.setdefault("TORCH_TPU_NUM_DEVICES", "2")
         pythonpath.append(str(REPO))
     else:
         env.update(TRANSFORMERS_TEST_DEVICE="cpu", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
