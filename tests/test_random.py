@@ -218,3 +218,23 @@ def test_dropout_reproducible_and_scaled():
     c = y.cpu()
     assert set(c.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
     assert_moments(y, 1.0, 0.25 / 0.75)
+
+
+def test_attention_without_dropout_leaves_the_generator_alone():
+    # As on CPU and CUDA: only dropout draws. T5's beam sampling with and without the KV cache
+    # (Transformers' test_generate_with_past_key_values) diverged because every attention call
+    # advanced the generator by its output size, and the cache changes those sizes.
+    q = torch.randn(1, 2, 4, 8, device="tpu")
+    torch.manual_seed(0)
+    want = torch.rand(3, device="tpu").cpu()
+    torch.manual_seed(0)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    torch.nn.functional.dropout(q, p=0.5, training=False)
+    assert torch.equal(torch.rand(3, device="tpu").cpu(), want)
+    torch.manual_seed(0)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+    assert not torch.equal(torch.rand(3, device="tpu").cpu(), want)  # dropout draws
+    compiled = torch.compile(lambda x: torch.nn.functional.scaled_dot_product_attention(x, x, x), backend="tpu")
+    torch.manual_seed(0)
+    compiled(q)
+    assert torch.equal(torch.rand(3, device="tpu").cpu(), want)

@@ -522,7 +522,8 @@ class Graph {
         for (size_t r = rng_before; r < rng_params.size(); ++r) {
           program->params.push_back(kRngParam);
           program->param_elems.push_back(shlo::ElemType::U64);
-          program->rng_increments.push_back(rng_params[r].second);
+          // A state the node's lowering never read leaves the generator where it was.
+          program->rng_increments.push_back(b.Uses(rng_params[r].first) ? rng_params[r].second : 0);
         }
       } catch (const lowering::Unsupported& e) {
         throw NotLowerable("node '" + node.name + "' (" + node.op + "): " + e.what());

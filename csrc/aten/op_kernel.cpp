@@ -531,6 +531,10 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
 
   ctx.can_write_args = true;
   std::vector<shlo::Value> results = e.fn(ctx, lowering::Args(args));
+  // A generator state the lowering never read (attention without dropout, dropout in eval)
+  // leaves the generator where it was, as on CPU and CUDA.
+  for (ParamSource& src : program->params)
+    if (src.kind == ParamSource::Rng && !b.Uses(rng_values[src.slot])) src.rng_increment = 0;
   TORCH_CHECK(results.size() == ctx.outputs.size(), "tpu: lowering of ", e.name, " returned ", results.size(),
               " results, expected ", ctx.outputs.size());
 

@@ -1,5 +1,6 @@
 #include "builder.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -454,6 +455,15 @@ Value Builder::DynamicUpdateSlice(Value operand, Value update, const std::vector
   std::vector<Value> operands = {operand, update};
   for (int64_t s : start) operands.push_back(ConstantInt(s, {ElemType::S64, {}}));
   return Op1("stablehlo.dynamic_update_slice", operands, operand.type);
+}
+
+bool Builder::Uses(const Value& v) const {
+  const std::string ref = v.ref();
+  for (size_t at = body_.find(ref); at != std::string::npos; at = body_.find(ref, at + 1)) {
+    char next = at + ref.size() < body_.size() ? body_[at + ref.size()] : ' ';
+    if (!std::isdigit(static_cast<unsigned char>(next)) && next != '#') return true;
+  }
+  return false;
 }
 
 }  // namespace tpu::shlo

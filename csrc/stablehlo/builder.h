@@ -45,6 +45,9 @@ class Builder {
  public:
   // Function parameters are added in order; all parameters precede the body.
   Value Param(const TensorType& type);
+  // Whether an op emitted so far reads `v` (a generator state a lowering left unread, as
+  // attention without dropout does, must not advance the generator).
+  bool Uses(const Value& v) const;
   // Emits one op in generic syntax. `attrs` is the text inside {...} (may be empty);
   // `region` is the text of one region including braces (may be empty).
   std::vector<Value> Op(const std::string& name, const std::vector<Value>& operands,
