@@ -82,8 +82,8 @@ WORKER = textwrap.dedent('''
         for p, q in zip(ddp.module.parameters(), ref.parameters()):
             assert p.device == dev and torch.allclose(p.detach().cpu(), q.detach(), atol=1e-5), (p, q)
 
-    def run(rank, world, init):
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    def run(rank, world, init, backend):
+        dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
         torch.tpu.set_device(rank)
         check(rank, world)
         ddp_matches_full_batch(rank, world)
@@ -91,17 +91,19 @@ WORKER = textwrap.dedent('''
         dist.destroy_process_group()
 
     if __name__ == "__main__":
-        mp.spawn(run, args=(2, "file://" + tempfile.mktemp()), nprocs=2)
+        mp.spawn(run, args=(2, "file://" + tempfile.mktemp(), sys.argv[1]), nprocs=2)
         print("ALL OK")
 ''')
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
-def test_collectives_and_ddp_across_two_processes(tmp_path):
+@pytest.mark.parametrize("backend", ["gloo", "tpu_dist"])  # tpu_dist: what Transformers asks for on tpu
+def test_collectives_and_ddp_across_two_processes(tmp_path, backend):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = dict(os.environ, TORCH_TPU_NUM_DEVICES="2", TORCH_TPU_QUIET="1")
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(script), backend], env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     assert "rank 0 OK" in out.stdout and "rank 1 OK" in out.stdout and "ALL OK" in out.stdout, out.stdout
 
