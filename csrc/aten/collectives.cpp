@@ -29,26 +29,26 @@ c10::intrusive_ptr<c10d::Backend> Host(const Group& group) {
 }
 
 at::Tensor ToHost(const at::Tensor& t) { return t.to(at::kCPU).contiguous(); }
-TensorVec ToHost(const TensorVec& ts) {
-  TensorVec out;
-  for (const at::Tensor& t : ts) out.push_back(ToHost(t));
-  return out;
-}
-std::vector<TensorVec> ToHost(const std::vector<TensorVec>& lists) {
-  std::vector<TensorVec> out;
-  for (const TensorVec& l : lists) out.push_back(ToHost(l));
-  return out;
-}
 at::Tensor HostLike(const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(at::kCPU)); }
-TensorVec HostLike(const TensorVec& ts) {
+template <typename Fn>
+TensorVec Each(const TensorVec& ts, Fn fn) {
   TensorVec out;
-  for (const at::Tensor& t : ts) out.push_back(HostLike(t));
+  for (const at::Tensor& t : ts) out.push_back(fn(t));
   return out;
 }
-std::vector<TensorVec> HostLike(const std::vector<TensorVec>& lists) {
+template <typename Fn>
+std::vector<TensorVec> Each(const std::vector<TensorVec>& lists, Fn fn) {
   std::vector<TensorVec> out;
-  for (const TensorVec& l : lists) out.push_back(HostLike(l));
+  for (const TensorVec& l : lists) out.push_back(Each(l, fn));
   return out;
+}
+template <typename List>
+List ToHost(const List& ts) {
+  return Each(ts, [](const at::Tensor& t) { return ToHost(t); });
+}
+template <typename List>
+List HostLike(const List& ts) {
+  return Each(ts, [](const at::Tensor& t) { return HostLike(t); });
 }
 void Back(const TensorVec& ts, const TensorVec& host) {
   for (size_t i = 0; i < ts.size(); ++i) ts[i].copy_(host[i]);
