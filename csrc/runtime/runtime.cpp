@@ -170,11 +170,13 @@ size_t Runtime::MappingsInUse() {
       for (size_t i = 0; i < n; ++i) lines += chunk[i] == '\n';
     std::fclose(f);
   }
-  // The next count after 1 program per 1000 mappings of headroom: no program maps that many.
-  size_t headroom = max_mappings_ > lines ? max_mappings_ - lines : 0;
+  // The next count after 1 program per 2000 mappings of headroom below the error threshold:
+  // even a 1000-op fused graph maps fewer.
+  size_t limit = max_mappings_ / 10 * 9;
+  size_t headroom = limit > lines ? limit - lines : 0;
   std::lock_guard<std::mutex> lock(cache_mu_);
   mappings_seen_ = lines;
-  recount_at_programs_ = programs + std::max<size_t>(1, headroom / 1000);
+  recount_at_programs_ = programs + std::max<size_t>(1, headroom / 2000);
   return lines;
 }
 
