@@ -21,7 +21,7 @@ def install():
     if _registered or not torch.distributed.is_available():
         return
     _registered = True
-    if "tpu_dist" not in torch.distributed.Backend.backend_list:
+    if torch.distributed.is_gloo_available() and "tpu_dist" not in torch.distributed.Backend.backend_list:
         torch.distributed.Backend.register_backend("tpu_dist", _create_tpu_dist, devices=["cpu", "tpu"])
     failed = _C._register_collectives()
     if failed:  # another torch's c10d kernel signatures
