@@ -120,12 +120,31 @@ PJRT_Buffer_Type Buffer::element_type() const {
 }
 
 void Buffer::ToHost(void* dst, size_t nbytes) const {
+  if (plugin_->host_addressable() && CopyFromHostMemory(dst, nbytes)) return;
   auto args = Args<PJRT_Buffer_ToHostBuffer_Args>();
   args.src = raw_;
   args.dst = dst;
   args.dst_size = nbytes;
   plugin_->Check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
   AwaitEvent(*plugin_, args.event, "device to host transfer");
+}
+
+// A transfer through the plugin hands the copy to one of its threads and waits for it: tens of
+// microseconds for a scalar. Where device memory is host memory, the bytes of a computed buffer
+// are final (buffers are immutable and never donated), so they are copied here directly.
+bool Buffer::CopyFromHostMemory(void* dst, size_t nbytes) const {
+  const PJRT_Api* api = plugin_->api();
+  if (api->PJRT_Buffer_UnsafePointer == nullptr || api->PJRT_Buffer_OnDeviceSizeInBytes == nullptr) return false;
+  auto size = Args<PJRT_Buffer_OnDeviceSizeInBytes_Args>();
+  size.buffer = raw_;
+  plugin_->Check(api->PJRT_Buffer_OnDeviceSizeInBytes(&size), "PJRT_Buffer_OnDeviceSizeInBytes");
+  if (size.on_device_size_in_bytes != nbytes) return false;  // a padded or packed layout
+  Await();
+  auto ptr = Args<PJRT_Buffer_UnsafePointer_Args>();
+  ptr.buffer = raw_;
+  plugin_->Check(api->PJRT_Buffer_UnsafePointer(&ptr), "PJRT_Buffer_UnsafePointer");
+  if (nbytes > 0) std::memcpy(dst, reinterpret_cast<const void*>(ptr.buffer_pointer), nbytes);
+  return true;
 }
 
 void Buffer::Await() const {
@@ -254,6 +273,7 @@ Client::Client(std::shared_ptr<Plugin> plugin, int64_t cpu_device_count) : plugi
   name.client = raw_;
   plugin_->Check(api->PJRT_Client_PlatformName(&name), "PJRT_Client_PlatformName");
   platform_name_.assign(name.platform_name, name.platform_name_size);
+  plugin_->set_host_addressable(platform_name_ == "cpu");
   auto version = Args<PJRT_Client_PlatformVersion_Args>();
   version.client = raw_;
   plugin_->Check(api->PJRT_Client_PlatformVersion(&version), "PJRT_Client_PlatformVersion");

@@ -33,9 +33,14 @@ class Plugin {
   int api_minor() const { return api_->pjrt_api_version.minor_version; }
   // Throws Error if `err` is non-null, destroying it; `what` prefixes the message.
   void Check(PJRT_Error* err, const char* what) const;
+  // True when device memory is this process's own memory (the CPU plugin): a computed buffer
+  // is then read with a plain copy instead of a transfer that the plugin's threads perform.
+  bool host_addressable() const { return host_addressable_; }
+  void set_host_addressable(bool value) { host_addressable_ = value; }
 
  private:
   const PJRT_Api* api_ = nullptr;
+  bool host_addressable_ = false;
   std::string path_;
 };
 
@@ -57,6 +62,8 @@ class Buffer {
   void Await() const;
 
  private:
+  bool CopyFromHostMemory(void* dst, size_t nbytes) const;
+
   std::shared_ptr<Plugin> plugin_;
   PJRT_Buffer* raw_;
 };
