@@ -329,17 +329,6 @@ class Graph {
 
   static constexpr size_t kRngParam = static_cast<size_t>(-1);
 
-  struct KeyHash {
-    size_t operator()(const std::vector<int64_t>& v) const {
-      uint64_t h = 1469598103934665603ull;
-      for (int64_t x : v) {
-        h ^= static_cast<uint64_t>(x);
-        h *= 1099511628211ull;
-      }
-      return h;
-    }
-  };
-
   // PyTorch's result_type over a node's tensor operands and Scalars (as eager computes it).
   at::ScalarType Common(const GNode& node) const {
     at::native::ResultTypeState state;

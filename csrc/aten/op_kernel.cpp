@@ -106,17 +106,6 @@ struct Program {
   bool returns_list = false;
 };
 
-struct KeyHash {
-  size_t operator()(const std::vector<int64_t>& v) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : v) {
-      h ^= static_cast<uint64_t>(x);
-      h *= 1099511628211ull;
-    }
-    return h;
-  }
-};
-
 std::mutex g_cache_mu;
 std::unordered_map<std::vector<int64_t>, std::shared_ptr<Program>, KeyHash> g_programs;
 
