@@ -1,6 +1,7 @@
 """Steps/s of training and decoding in the three eager modes, in one run, as ratios; cold vs
 warm start of a fresh process; peak device memory per mode. Medians of repeated timings."""
 import copy
+import inspect
 import json
 import os
 import statistics
@@ -61,24 +62,32 @@ def steps_per_s(fn, warmup=3, steps=10, repeats=5):
     return statistics.median(rates)
 
 
+CPU = "cpu eager"  # reference: the same step in PyTorch on the CPU, timed in the same rounds
+
+
 def interleaved_rates(steps_by_mode, warmup=3, steps=10, rounds=15):
     """Steps/s per mode, timed in alternating rounds (debug, strict, fused, debug, ...) so that
     a slow spell of a noisy machine hits every mode alike. Returns the median rate of each mode
-    and the median over rounds of the fused/strict ratio of the same round."""
+    and the medians over rounds of the fused/strict and strict/cpu ratios of the same round."""
+    def mode_of(mode):
+        return torch_tpu.eager_mode("strict" if mode == CPU else mode)
+
     for mode, fn in steps_by_mode.items():
-        with torch_tpu.eager_mode(mode):
+        with mode_of(mode):
             for _ in range(warmup):
                 fn()
     rates = {mode: [] for mode in steps_by_mode}
     for _ in range(rounds):
         for mode, fn in steps_by_mode.items():
-            with torch_tpu.eager_mode(mode):
+            with mode_of(mode):
                 start = time.perf_counter()
                 for _ in range(steps):
                     fn()
                 rates[mode].append(steps / (time.perf_counter() - start))
-    ratios = [f / s for f, s in zip(rates["fused"], rates["strict"])]
-    return {mode: statistics.median(r) for mode, r in rates.items()}, statistics.median(ratios)
+    ratios = {"fused/strict": statistics.median(f / s for f, s in zip(rates["fused"], rates["strict"]))}
+    if CPU in rates:
+        ratios["cpu/strict"] = statistics.median(c / s for c, s in zip(rates[CPU], rates["strict"]))
+    return {mode: statistics.median(r) for mode, r in rates.items()}, ratios
 
 
 def measure(name, build, step, batch):
@@ -95,10 +104,13 @@ def measure(name, build, step, batch):
             step(model, opt, b)
             results[mode] = {"peak_bytes": torch.tpu.max_memory_allocated() - base}
             steps[mode] = lambda model=model, opt=opt, b=b: step(model, opt, b)
-    rates, ratio = interleaved_rates(steps)
-    for mode in MODES:
-        results[mode]["steps_per_s"] = rates[mode]
-    results["fused/strict"] = ratio
+    model = copy.deepcopy(build).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    steps[CPU] = lambda model=model, opt=opt, b=batch: step(model, opt, b)
+    rates, ratios = interleaved_rates(steps)
+    for mode in MODES + (CPU,):
+        results.setdefault(mode, {})["steps_per_s"] = rates[mode]
+    results.update(ratios)
     return results
 
 
@@ -106,6 +118,8 @@ def decode_step_rate(model_cpu):
     """One-token decode steps with a StaticCache: shapes stay fixed, so programs are reused."""
     from transformers import StaticCache
 
+    # Transformers 5.24 renamed past_key_values to cache (the old name warns).
+    cache_arg = "cache" if "cache" in inspect.signature(model_cpu.forward).parameters else "past_key_values"
     steps = {}
     for mode in MODES:
         with torch_tpu.eager_mode(mode):
@@ -113,13 +127,13 @@ def decode_step_rate(model_cpu):
             ids = torch.tensor([[1, 2, 3, 4]], device="tpu")
             with torch.no_grad():
                 cache = StaticCache(config=model.config, max_cache_len=64)
-                out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                out = model(input_ids=ids, **{cache_arg: cache}, use_cache=True,
                             cache_position=torch.arange(4, device="tpu"))
             state = {"token": out.logits[:, -1:].argmax(-1), "position": 4}
 
             def step(model=model, cache=cache, state=state):
                 with torch.no_grad():
-                    o = model(input_ids=state["token"], past_key_values=cache, use_cache=True,
+                    o = model(input_ids=state["token"], **{cache_arg: cache}, use_cache=True,
                               cache_position=torch.tensor([state["position"]], device="tpu"))
                 state["token"] = o.logits[:, -1:].argmax(-1)
                 state["token"].cpu()
@@ -127,9 +141,9 @@ def decode_step_rate(model_cpu):
 
             steps[mode] = step
     # 3 + 6 * 8 = 51 steps after the 4-token prompt: inside the 64-position cache.
-    rates, ratio = interleaved_rates(steps, warmup=3, steps=8, rounds=6)
+    rates, ratios = interleaved_rates(steps, warmup=3, steps=8, rounds=6)
     results = {mode: {"steps_per_s": rates[mode]} for mode in MODES}
-    results["fused/strict"] = ratio
+    results.update(ratios)
     return results
 
 
@@ -171,12 +185,17 @@ def main():
             table["tiny llama decode step"] = decode_step_rate(llama)
     except ImportError:
         print("transformers is not installed: llama rows skipped")
-    print(f"{'workload':26s} {'debug':>9s} {'strict':>9s} {'fused':>9s} {'fused/strict':>13s}  steps/s (medians)")
+    print(f"{'workload':26s} {'debug':>9s} {'strict':>9s} {'fused':>9s} {'fused/strict':>13s} "
+          f"{'cpu eager':>10s} {'cpu/strict':>11s}  steps/s (medians)")
     for name, r in table.items():
         rates = [r[m]["steps_per_s"] for m in MODES]
-        ratio = r.get("fused/strict", rates[2] / rates[1])
-        print(f"{name:26s} {rates[0]:9.1f} {rates[1]:9.1f} {rates[2]:9.1f} {ratio:12.2f}x")
-    print("(modes timed in alternating rounds; the ratio is the median of per-round ratios)")
+        line = f"{name:26s} {rates[0]:9.1f} {rates[1]:9.1f} {rates[2]:9.1f} {r['fused/strict']:12.2f}x"
+        if CPU in r:
+            line += f" {r[CPU]['steps_per_s']:10.1f} {r['cpu/strict']:10.2f}x"
+        print(line)
+    print("(modes timed in alternating rounds; ratios are medians of per-round ratios. 'cpu eager' is the\n"
+          " same step in PyTorch on the CPU, timed in the same rounds: on a step this small most of the\n"
+          " time is PyTorch's own Python, which every mode and the CPU pay alike)")
     for name, r in table.items():
         if "peak_bytes" in r["strict"]:
             print(f"peak device memory, {name}: " + ", ".join(f"{m} {r[m]['peak_bytes'] / 2**20:.2f} MiB" for m in MODES))
