@@ -134,7 +134,7 @@ void Buffer::ToHost(void* dst, size_t nbytes) const {
 // are final (buffers are immutable and never donated), so they are copied here directly.
 bool Buffer::CopyFromHostMemory(void* dst, size_t nbytes) const {
   const PJRT_Api* api = plugin_->api();
-  if (api->PJRT_Buffer_UnsafePointer == nullptr || api->PJRT_Buffer_OnDeviceSizeInBytes == nullptr) return false;
+  if (!PJRT_HAS(api, PJRT_Buffer_UnsafePointer) || !PJRT_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes)) return false;
   auto size = Args<PJRT_Buffer_OnDeviceSizeInBytes_Args>();
   size.buffer = raw_;
   plugin_->Check(api->PJRT_Buffer_OnDeviceSizeInBytes(&size), "PJRT_Buffer_OnDeviceSizeInBytes");
