@@ -184,3 +184,63 @@ def test_debug_mode_names_the_op_producing_nan():
     env = dict(os.environ, TORCH_TPU_CHECK_NANS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert "ERR" in out.stdout and "aten::sqrt" in out.stdout, out.stdout + out.stderr
+
+
+def _backward_threads(run):
+    """Thread ids that ran the backward nodes of x * 3 (a tensor hook fires on the engine's thread)."""
+    import threading
+
+    x = torch.randn(4, device="tpu", requires_grad=True)
+    y = x * 3
+    seen = []
+    y.register_hook(lambda g: seen.append(threading.get_ident()))
+    grads = run(y.sum(), x)
+    return seen, grads
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("entry", ["backward", "grad"])
+def test_backward_over_tpu_runs_on_the_calling_thread(mode, entry):
+    import threading
+
+    torch_tpu.set_eager_mode(mode)
+
+    def run(loss, x):
+        if entry == "backward":
+            loss.backward()
+            return x.grad
+        return torch.autograd.grad(loss, x)[0]
+
+    assert torch.autograd.is_multithreading_enabled()
+    seen, grad = _backward_threads(run)
+    assert seen == [threading.get_ident()]  # not one of the engine's device threads
+    assert torch.autograd.is_multithreading_enabled()  # the caller's setting is back
+    assert_same(grad, torch.full((4,), 3.0))
+
+
+def test_fused_grad_ends_with_a_sync_point():
+    torch_tpu.set_eager_mode("fused")
+    x = torch.randn(4, device="tpu", requires_grad=True)
+    torch.tpu.synchronize()
+    torch_tpu.metrics.reset()
+    (g,) = torch.autograd.grad((x * x).sum(), x)
+    m = torch_tpu.metrics()
+    assert m["host_syncs_by_cause"].get("fused graph: end of grad") == 1 and m["fused_graphs_run"] == 1
+    torch.testing.assert_close(g.cpu(), 2 * x.detach().cpu())
+
+
+def test_reentrant_checkpoint_backward_on_the_calling_thread():
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(3, 8)
+    ref = checkpoint(lambda t: lin(t).tanh(), x.requires_grad_(), use_reentrant=True).sum()
+    ref.backward()
+    lin_t = copy.deepcopy(lin).to("tpu")
+    lin_t.zero_grad()
+    xt = x.detach().to("tpu").requires_grad_()
+    out = checkpoint(lambda t: lin_t(t).tanh(), xt, use_reentrant=True).sum()
+    out.backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad)
+    torch.testing.assert_close(lin_t.weight.grad.cpu(), lin.weight.grad)
