@@ -38,6 +38,19 @@ def test_second_process_starts_warm(tmp_path):
     assert all(os.path.basename(os.path.dirname(f)).startswith("cpu-") for f in files)  # per-plugin folder
 
 
+def test_compiler_flags_from_the_environment_key_the_disk_cache(tmp_path):
+    # XLA_FLAGS changes what the plugin compiles: an executable built under other flags is
+    # not served from disk, and each setting finds its own entries again.
+    flag = "--xla_cpu_enable_fast_min_max=false"
+    plain = _run(tmp_path, XLA_FLAGS="")
+    flagged = _run(tmp_path, XLA_FLAGS=flag)
+    assert flagged["m"]["disk_cache_hits"] == 0
+    assert flagged["m"]["programs_compiled"] == plain["m"]["programs_compiled"] > 0
+    assert _run(tmp_path, XLA_FLAGS=flag)["m"]["programs_compiled"] == 0
+    assert _run(tmp_path, XLA_FLAGS="")["m"]["programs_compiled"] == 0
+    assert flagged["sum"] == plain["sum"]
+
+
 def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
     cold = _run(tmp_path)
     files = sorted(glob.glob(str(tmp_path / "*" / "*.bin")))

@@ -133,6 +133,13 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;
   client_ = std::make_unique<pjrt::Client>(plugin, is_cpu_plugin ? config_.num_devices : 0);
   compile_options_ = pjrt::PortableCompileOptions();
+  // Plugins read compiler flags from the environment too (XLA_FLAGS; libtpu's
+  // LIBTPU_INIT_ARGS): an executable compiled under other flags is another program on disk.
+  disk_key_options_ = compile_options_;
+  for (const char* name : {"XLA_FLAGS", "LIBTPU_INIT_ARGS"}) {
+    const char* value = std::getenv(name);
+    disk_key_options_ += std::string(1, '\0') + name + "=" + (value ? value : "");
+  }
   cache_dir_ = DiskCacheDir(client_->platform_name(), client_->platform_version(), plugin->api_major(),
                             plugin->api_minor());
   if (const char* env = std::getenv("TORCH_TPU_MAX_PROGRAMS")) max_programs_ = std::max<long long>(1, std::atoll(env));
@@ -213,7 +220,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
   }
   if (cache_dir_.empty()) return nullptr;
   std::string bytes;
-  if (!DiskCacheRead(cache_dir_, DiskCacheKey(module_text, compile_options_), &bytes)) return nullptr;
+  if (!DiskCacheRead(cache_dir_, DiskCacheKey(module_text, disk_key_options_), &bytes)) return nullptr;
   CheckProgramLimit();
   pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
   if (!exe) return nullptr;  // a file from another plugin build, or damaged: compiling overwrites it
@@ -225,7 +232,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
 pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
   if (pjrt::ExecutablePtr exe = Cached(module_text)) return exe;
   Metrics& m = GetMetrics();
-  std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, compile_options_);
+  std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, disk_key_options_);
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
   auto start = std::chrono::steady_clock::now();

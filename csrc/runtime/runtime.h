@@ -98,6 +98,7 @@ class Runtime {
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
+  std::string disk_key_options_;  // compile options and the compiler flags read from the environment
   std::string cache_dir_;
   size_t max_programs_ = static_cast<size_t>(-1);  // TORCH_TPU_MAX_PROGRAMS
   size_t max_mappings_ = 0;                         // vm.max_map_count on the CPU platform, else 0 (no limit)
