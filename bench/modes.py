@@ -65,10 +65,12 @@ def steps_per_s(fn, warmup=3, steps=10, repeats=5):
 CPU = "cpu eager"  # reference: the same step in PyTorch on the CPU, timed in the same rounds
 
 
-def interleaved_rates(steps_by_mode, warmup=3, steps=10, rounds=15):
-    """Steps/s per mode, timed in alternating rounds (debug, strict, fused, debug, ...) so that
-    a slow spell of a noisy machine hits every mode alike. Returns the median rate of each mode
-    and the medians over rounds of the fused/strict and strict/cpu ratios of the same round."""
+def interleaved_rates(steps_by_mode, warmup=3, steps=10, rounds=15, switch_warmup=2):
+    """Steps/s per mode, timed in alternating rounds (debug, strict, fused, cpu, then strict,
+    fused, cpu, debug, ...) so that a slow spell of a noisy machine hits every mode alike. Returns the median rate of each mode
+    and the medians over rounds of the fused/strict and strict/cpu ratios of the same round.
+    The first `switch_warmup` steps after each switch are not timed: they pay for the previous
+    setup (its last work still running, PyTorch's OpenMP workers spinning after a CPU step)."""
     def mode_of(mode):
         return torch_tpu.eager_mode("strict" if mode == CPU else mode)
 
@@ -77,9 +79,13 @@ def interleaved_rates(steps_by_mode, warmup=3, steps=10, rounds=15):
             for _ in range(warmup):
                 fn()
     rates = {mode: [] for mode in steps_by_mode}
-    for _ in range(rounds):
-        for mode, fn in steps_by_mode.items():
+    order = list(steps_by_mode.items())
+    for r in range(rounds):
+        # Each round starts one setup later, so that no mode always follows the same one.
+        for mode, fn in order[r % len(order):] + order[:r % len(order)]:
             with mode_of(mode):
+                for _ in range(switch_warmup):
+                    fn()
                 start = time.perf_counter()
                 for _ in range(steps):
                     fn()
