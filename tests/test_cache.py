@@ -104,6 +104,42 @@ def test_metrics_cli_prints_counters():
     assert "programs_compiled" in out.stdout and "cpu_fallbacks" in out.stdout
 
 
+def test_metrics_cli_runs_a_script_and_reports_its_counters(tmp_path):
+    script = tmp_path / "work.py"
+    script.write_text(
+        "import sys, torch, torch_tpu\n"
+        "with torch_tpu.eager_mode('strict'):\n"
+        "    x = torch.ones(3, device='tpu')\n"
+        "    y = x + 1\n"
+        "with torch_tpu.eager_mode('fused'):\n"
+        "    z = (y * 2).sum()\n"
+        "print('result', z.item(), sys.argv[1:])\n"
+        "sys.exit(int(sys.argv[1]))\n")
+    out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics", str(script), "3"],
+                         capture_output=True, text=True)
+    assert out.returncode == 3  # the script's exit status
+    assert "result 12.0 ['3']" in out.stdout
+    report = out.stdout.split("torch_tpu metrics after")[1]
+    assert "ops_dispatched_by_mode:" in report
+    by_mode = dict(line.split(":") for line in report.split("ops_dispatched_by_mode:")[1].splitlines()[1:4])
+    assert {k.strip(): int(v) for k, v in by_mode.items()} == {"debug": 0, "strict": 2, "fused": 2}
+
+
+def test_ops_are_counted_per_eager_mode():
+    x = torch.ones(4, device="tpu")
+    torch.tpu.synchronize()
+    torch_tpu.metrics.reset()
+    for mode, n in (("debug", 1), ("strict", 2), ("fused", 3)):
+        with torch_tpu.eager_mode(mode):
+            y = x
+            for _ in range(n):
+                y = y * 2
+            y.cpu()
+    m = torch_tpu.metrics()
+    assert m["ops_dispatched_by_mode"] == {"debug": 1, "strict": 2, "fused": 3}
+    assert m["ops_dispatched"] == 6
+
+
 def test_arange_with_new_bounds_is_no_recompilation():
     # torch.arange(a, b) hands its out= kernel an empty tensor to resize: resizing is not a
     # signature miss, and bounds giving the same length reuse one program (a decode loop's

@@ -27,6 +27,10 @@ py::dict MetricsDict() {
   auto& m = runtime::GetMetrics();
   py::dict d;
   d["ops_dispatched"] = m.ops_dispatched.load();
+  py::dict by_mode;
+  const char* mode_names[] = {"debug", "strict", "fused"};  // EagerMode's order
+  for (int i = 0; i < 3; ++i) by_mode[mode_names[i]] = m.ops_by_mode[i].load();
+  d["ops_dispatched_by_mode"] = by_mode;
   d["signature_cache_hits"] = m.signature_hits.load();
   d["signature_cache_misses"] = m.signature_misses.load();
   d["programs_compiled"] = m.programs_compiled.load();

@@ -1273,12 +1273,19 @@ void MoveCpuIndicesToDevice(const OpEntry& e, torch::jit::Stack& stack, size_t f
   }
 }
 
+// Ops dispatched, in all and in the eager mode they ran in.
+void CountDispatch(int delta) {
+  runtime::Metrics& m = GetMetrics();
+  m.ops_dispatched += delta;
+  m.ops_by_mode[g_mode.load()] += delta;
+}
+
 class GenericKernel final : public c10::OperatorKernel {
  public:
   explicit GenericKernel(std::shared_ptr<OpEntry> entry) : e_(std::move(entry)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    GetMetrics().ops_dispatched++;
+    CountDispatch(1);
     size_t first = stack->size() - e_->num_args;
     MoveCpuIndicesToDevice(*e_, *stack, first);
     Call call;
@@ -1297,14 +1304,14 @@ class GenericKernel final : public c10::OperatorKernel {
       bool factory = call.slots.size() <= e_->num_outs;
       if (e_->variant == Variant::Out && e_->num_outs > 0 && factory && !call.scalars.empty() &&
           ResizeOuts(*e_, stack, first)) {
-        GetMetrics().ops_dispatched--;  // counted again by the call below
+        CountDispatch(-1);  // counted again by the call below
         return (*this)(op, {}, stack);
       }
     } else {
       // out= tensors of the wrong shape (torch.arange(a, b) hands an empty one) are resized
       // first, then the call is looked up again: not a miss of its own.
       if (e_->variant == Variant::Out && e_->num_outs > 0 && ResizeOuts(*e_, stack, first)) {
-        GetMetrics().ops_dispatched--;
+        CountDispatch(-1);
         return (*this)(op, {}, stack);
       }
       GetMetrics().signature_misses++;

@@ -48,6 +48,7 @@ void Metrics::Reset() {
                   &host_to_device_bytes, &device_to_host_bytes, &host_syncs, &fallback_total}) {
     c->store(0);
   }
+  for (auto& c : ops_by_mode) c.store(0);
   std::lock_guard<std::mutex> lock(mu);
   fallback_by_op.clear();
   sync_by_cause.clear();

@@ -11,6 +11,7 @@ namespace tpu::runtime {
 
 struct Metrics {
   std::atomic<int64_t> ops_dispatched{0};
+  std::atomic<int64_t> ops_by_mode[3] = {};  // indexed by eager mode: debug, strict, fused
   std::atomic<int64_t> signature_hits{0};
   std::atomic<int64_t> signature_misses{0};
   std::atomic<int64_t> programs_compiled{0};
