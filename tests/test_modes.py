@@ -244,3 +244,19 @@ def test_reentrant_checkpoint_backward_on_the_calling_thread():
     out.backward()
     torch.testing.assert_close(xt.grad.cpu(), x.grad)
     torch.testing.assert_close(lin_t.weight.grad.cpu(), lin.weight.grad)
+
+
+def test_backward_over_two_devices_on_the_calling_thread():
+    # Without the engine's per-device threads, one pass still reaches both devices' nodes.
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+    x = torch.randn(4, 8)
+    second(first(x).relu()).sum().backward()
+    first_t, second_t = copy.deepcopy(first).to("tpu:0"), copy.deepcopy(second).to("tpu:1")
+    first_t.zero_grad()
+    second_t.zero_grad()
+    second_t(first_t(x.to("tpu:0")).relu().to("tpu:1")).sum().backward()
+    assert first_t.weight.grad.device == torch.device("tpu:0")
+    assert second_t.weight.grad.device == torch.device("tpu:1")
+    torch.testing.assert_close(first_t.weight.grad.cpu(), first.weight.grad)
+    torch.testing.assert_close(second_t.weight.grad.cpu(), second.weight.grad)
