@@ -7,7 +7,7 @@ BUILD_LOCK := /tmp/torch_tpu_build.lock
 XLA_CPU_PJRT := xla-cpu-pjrt==0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: all setup build demo test cpp-test py-test bench bench-generate transformers-tests clean opcheck
+.PHONY: all setup build demo test cpp-test py-test bench bench-generate bench-peers transformers-tests clean opcheck
 
 all: build
 
@@ -58,6 +58,11 @@ bench: build
 
 bench-generate: build
 	$(PY) bench/generate.py
+
+# JAX on the same XLA is the yardstick of the compiled path; it is installed for this benchmark only.
+bench-peers: build
+	$(PY) -m pip install -q jax
+	$(PY) bench/peers.py
 
 # Transformers' own tests for some model families, on tpu and on CPU (offline), side by side:
 #   make transformers-tests TRANSFORMERS_SRC=~/src/transformers MODELS="llama gpt2 bert"

@@ -74,10 +74,25 @@ def ttft_child():
                       "disk_cache_hits": m["disk_cache_hits"]}))
 
 
-def run_child(cache_dir):
+def calls_child(device, calls, new_tokens):
+    """Runs in a fresh process: seconds of each of the first `calls` generate() calls."""
+    model = tiny_llama().to(device)
+    ids = prompt().to(device)
+    seconds = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        generate(model, ids, new_tokens)
+        seconds.append(time.perf_counter() - start)
+    m = torch_tpu.metrics()
+    print(json.dumps({"calls_s": seconds, "programs_compiled": m["programs_compiled"],
+                      "fused_graphs_compiled": m["fused_graphs_compiled"], "disk_cache_hits": m["disk_cache_hits"]}))
+
+
+def run_child(cache_dir, *child_args):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, "--ttft-child"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", __file__, *(child_args or ["--ttft-child"])],
+                          env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"time-to-first-token child failed (rc {proc.returncode}, cache {cache_dir}):\n"
                          + proc.stderr[-3000:])
@@ -92,14 +107,21 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ttft-repeats", type=int, default=3)
     parser.add_argument("--ttft-only", action="store_true", help="only the time-to-first-token part")
+    parser.add_argument("--first-calls", type=int, default=5,
+                        help="time each of the first N generate() calls of a fresh process (0: skip)")
     parser.add_argument("--ttft-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--calls-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ttft_child:
         return ttft_child()
+    if args.calls_child:
+        return calls_child(args.calls_child, args.first_calls, args.new_tokens)
 
     if not args.ttft_only:
         throughput(args)
     time_to_first_token(args)
+    if args.first_calls:
+        first_calls(args)
 
 
 def throughput(args):
@@ -145,6 +167,24 @@ def time_to_first_token(args):
               f"(whole process {statistics.median(r['process_s'] for r in runs):6.2f} s; programs compiled "
               f"{statistics.median(r['programs_compiled'] for r in runs):.0f}, loaded from disk "
               f"{statistics.median(r['disk_cache_hits'] for r in runs):.0f})")
+
+
+def first_calls(args):
+    """The first minute: each of the first N generate() calls of a fresh process on tpu (fused, the
+    default mode) with an empty and with a populated cache, next to PyTorch CPU eager's first calls
+    in a fresh process of its own. No call should be slower than the one before it."""
+    child = ["--calls-child", "tpu", "--first-calls", str(args.first_calls), "--new-tokens", str(args.new_tokens)]
+    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as scratch:
+        cold = run_child(empty, *child)
+        warm = run_child(empty, *child)  # the same folder, now populated by the cold run
+        cpu = run_child(scratch, *(child[:1] + ["cpu"] + child[2:]))
+    print(f"\nfirst {args.first_calls} generate() calls of a fresh process ({args.new_tokens} new tokens), seconds:")
+    for name, r in (("tpu cold cache", cold), ("tpu warm cache", warm), ("cpu eager", cpu)):
+        calls = " ".join(f"{s:7.2f}" for s in r["calls_s"])
+        extra = "" if name == "cpu eager" else (f"  programs compiled {r['programs_compiled']}, fused graphs compiled "
+                                                f"{r['fused_graphs_compiled']}, loaded from disk {r['disk_cache_hits']}")
+        print(f"  {name:15s} {calls}{extra}")
+    print(f"  warm-cache first call / cpu eager first call: {warm['calls_s'][0] / cpu['calls_s'][0]:.2f}x")
 
 
 if __name__ == "__main__":
