@@ -11,6 +11,7 @@
   CUDA/XPU parameters, so on tpu AdamW's `step` stayed a CPU tensor and every compiled
   optimizer step split into device pieces around host `_foreach_add`/`copy_` nodes. With
   `capturable` the bias corrections are tensor ops on the device and the step is one program.
+- FlexAttention's device check lets tpu through when its module is imported (_flex_attention.py).
 """
 import importlib.abc
 import importlib.util
@@ -50,8 +51,15 @@ def _capturable_on_tpu(module):
     cls._set_capturable = _set_capturable
 
 
+def _flex_attention_on_tpu(module):
+    from . import _flex_attention
+
+    _flex_attention.allow_tpu(module)
+
+
 _AFTER_IMPORT = {_DEVICE_INTERFACE_MODULE: _register_device_interface,
-                 _OPTIMIZER_VARIABLE_MODULE: _capturable_on_tpu}
+                 _OPTIMIZER_VARIABLE_MODULE: _capturable_on_tpu,
+                 "torch.nn.attention.flex_attention": _flex_attention_on_tpu}
 
 
 class _RunAfterImport(importlib.abc.MetaPathFinder):

@@ -28,6 +28,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from . import _C
+from . import _flex_attention
 from . import _compile_stats as _stats
 
 __all__ = ["backend"]
@@ -697,6 +698,7 @@ def backend(gm, example_inputs, **kwargs):
         warnings.warn(f"torch.compile(backend='tpu') ignores options {sorted(kwargs['options'])}")
     _check_static(gm, example_inputs)
     _note_compile()
+    gm = _flex_attention.inline(gm)  # a higher-order op: its dense math, for AOTAutograd to trace
     if _aot_backend is None:
         _aot_backend = aot_autograd(
             fw_compiler=_forward_compiler,
