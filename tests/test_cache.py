@@ -1,5 +1,6 @@
 """The persistent compilation cache and the recompilation counters."""
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -76,15 +77,40 @@ def test_concurrent_processes_share_the_cache(tmp_path):
     assert _run(tmp_path)["m"]["programs_compiled"] == 0, outs
 
 
+# 40 programs of distinct shapes: more than one eviction period (a scan every 32 writes).
+MANY = (
+    "import torch, torch_tpu, json\n"
+    "for n in range(1, 41): (torch.ones(n, device='tpu') * 2).cpu()\n"
+    "print(json.dumps({'m': {'programs_compiled': torch_tpu.metrics()['programs_compiled']}}))\n"
+)
+
+
 def test_size_limit_evicts_and_clear_empties(tmp_path):
-    _run(tmp_path, TORCH_TPU_CACHE_MAX_BYTES="1")
-    # Eviction runs every 32 writes and keeps the directory under the limit after it.
-    assert len(glob.glob(str(tmp_path / "*" / "*.bin"))) <= 32
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_EAGER_MODE="strict")
+
+    def run(**extra):
+        out = subprocess.run([sys.executable, "-c", MANY], env=dict(env, **extra), capture_output=True, text=True,
+                             check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])["m"]["programs_compiled"]
+
+    def files():
+        return glob.glob(str(tmp_path / "*" / "*.bin"))
+
+    compiled = run(TORCH_TPU_CACHE_MAX_BYTES="1")
+    assert compiled >= 40
+    # Eviction scans every 32 writes and leaves the directory under the limit (here: empty),
+    # so at most the writes after the last scan remain.
+    assert len(files()) <= compiled - 32, (len(files()), compiled)
+    # Without a limit every program stays, and a limit above the total evicts nothing.
+    for f in files():
+        os.remove(f)
+    run()
+    assert len(files()) == compiled
+    assert run(TORCH_TPU_CACHE_MAX_BYTES=str(1 << 30)) == 0 and len(files()) == compiled
     code = "import torch_tpu; print(torch_tpu.cache.clear())"
-    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
     removed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert int(removed.stdout.strip()) >= 1
-    assert not glob.glob(str(tmp_path / "*" / "*.bin"))
+    assert int(removed.stdout.strip()) == compiled
+    assert not files()
 
 
 def test_recompilation_is_counted_with_its_reason():
@@ -99,21 +125,36 @@ def test_recompilation_is_counted_with_its_reason():
     assert reasons and "argument 'self'" in reasons[0] and "[13, 37]" in reasons[0], m["recompile_reasons"]
 
 
+def _report_values(text):
+    """{counter: value} of the top-level lines of a metrics report."""
+    values = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not line.startswith(" ") and value.strip():
+            values[name] = float(value) if name != "slowest_compile_op" else value.strip()
+    return values
+
+
 def test_metrics_cli_prints_counters():
+    # A fresh process: every counter is printed, and each is zero.
     out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics"], capture_output=True, text=True, check=True)
-    assert "programs_compiled" in out.stdout and "cpu_fallbacks" in out.stdout
+    values = _report_values(out.stdout)
+    flat = {k for k, v in torch_tpu.metrics().items() if not isinstance(v, (dict, str))}
+    assert flat <= set(values), flat - set(values)
+    assert {k: values[k] for k in flat if values[k]} == {}
 
 
 def test_metrics_cli_runs_a_script_and_reports_its_counters(tmp_path):
     script = tmp_path / "work.py"
     script.write_text(
-        "import sys, torch, torch_tpu\n"
+        "import json, sys, torch, torch_tpu\n"
         "with torch_tpu.eager_mode('strict'):\n"
         "    x = torch.ones(3, device='tpu')\n"
         "    y = x + 1\n"
         "with torch_tpu.eager_mode('fused'):\n"
         "    z = (y * 2).sum()\n"
         "print('result', z.item(), sys.argv[1:])\n"
+        "print('inside', json.dumps({k: v for k, v in torch_tpu.metrics().items() if isinstance(v, (int, float))}))\n"
         "sys.exit(int(sys.argv[1]))\n")
     out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics", str(script), "3"],
                          capture_output=True, text=True)
@@ -123,6 +164,12 @@ def test_metrics_cli_runs_a_script_and_reports_its_counters(tmp_path):
     assert "ops_dispatched_by_mode:" in report
     by_mode = dict(line.split(":") for line in report.split("ops_dispatched_by_mode:")[1].splitlines()[1:4])
     assert {k.strip(): int(v) for k, v in by_mode.items()} == {"debug": 0, "strict": 2, "fused": 2}
+    # The report prints the values the script's own process counted.
+    inside = json.loads(out.stdout.split("inside ")[1].splitlines()[0])
+    values = _report_values(report)
+    assert inside["ops_dispatched"] == 4 and inside["executions"] > 0 and inside["host_syncs"] > 0
+    assert {k: values.get(k) for k in inside if k != "compile_time_s" and k != "slowest_compile_s"} == \
+        {k: v for k, v in inside.items() if k != "compile_time_s" and k != "slowest_compile_s"}
 
 
 def test_ops_are_counted_per_eager_mode():

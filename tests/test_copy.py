@@ -206,7 +206,10 @@ def test_item(dtype):
     assert t.tolist() == c.tolist()
     if dtype.is_floating_point:
         assert float(t.sum()) == pytest.approx(float(c.sum()), rel=1e-2)
-    assert bool(t[0] == t[0])
+    # bool() of a one-element comparison on the device: true and false both come back.
+    assert bool(t[0] == c[0].item()) is True
+    assert bool(t[0] != c[0].item()) is False
+    assert [bool(t[0] == t[i]) for i in range(3)] == [bool(c[0] == c[i]) for i in range(3)]
     with pytest.raises(RuntimeError):
         t.item()
 

@@ -1,4 +1,8 @@
 """torch.tpu, the device module: devices, RNG, memory statistics, streams and events."""
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
@@ -10,7 +14,11 @@ from conftest import assert_same
 def test_is_available_and_device_count():
     assert torch.tpu.is_available() is True
     assert torch.tpu.device_count() == 2
-    assert torch.tpu.is_initialized() or torch.zeros(1, device="tpu").device.type == "tpu"
+    # Initialization is lazy: a fresh process is not initialized until it first uses the device.
+    code = ("import torch, torch_tpu; before = torch.tpu.is_initialized(); torch.zeros(1, device='tpu'); "
+            "print(before, torch.tpu.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
 
 
 def test_current_and_set_device():
@@ -39,13 +47,29 @@ def test_device_context_manager():
     assert_same(t * 2, torch.ones(3) * 2)
 
 
-def test_synchronize_waits_for_results():
-    x = torch.arange(1000, dtype=torch.float32, device="tpu")
-    y = (x * 2 + 1).sum()
+def _heavy_work(device):
+    """Programs that take a while to run (results kept), in strict mode: one execution each."""
+    x = torch.randn(384, 384, device=device)
     torch.tpu.synchronize()
-    torch.tpu.synchronize(0)
-    torch.tpu.synchronize("tpu:1")
-    assert y.item() == (torch.arange(1000, dtype=torch.float32) * 2 + 1).sum().item()
+    with torch_tpu.eager_mode("strict"):
+        ys = [x @ x @ x for _ in range(6)]
+    return x, ys
+
+
+def test_synchronize_waits_for_results():
+    from torch_tpu import _C
+
+    for device, sync in (("tpu:0", None), ("tpu:0", 0), ("tpu:1", "tpu:1")):
+        index = torch.device(device).index
+        x, ys = _heavy_work(device)
+        torch_tpu.metrics.reset()
+        torch.tpu.synchronize(sync)
+        # Nothing is left running, and no read of a result was needed to get there.
+        assert _C._executions_in_flight(index) == 0, device
+        assert torch_tpu.metrics()["host_syncs_by_cause"].get("synchronize", 0) >= 1
+        assert "device_to_host" not in torch_tpu.metrics()["host_syncs_by_cause"]
+    xc = x.cpu()
+    assert_same(ys[-1], xc @ xc @ xc, atol=1e-2, rtol=1e-4)
 
 
 def test_synchronize_waits_for_programs_whose_outputs_were_dropped():
@@ -183,13 +207,18 @@ def test_stream_and_event():
     start = torch.tpu.Event(enable_timing=True)
     end = torch.tpu.Event(enable_timing=True)
     with torch.tpu.stream(s):
+        host_start = time.perf_counter()
         start.record()
         x = torch.ones(256, 256, device="tpu")
         y = x @ x
+        time.sleep(0.05)
         end.record()
+        host_ms = (time.perf_counter() - host_start) * 1000
     end.synchronize()
     assert end.query()
-    assert start.elapsed_time(end) >= 0
+    # The events measure the time between the two records: the 50 ms sleep, within the host's span.
+    assert 50 <= start.elapsed_time(end) <= host_ms
+    assert end.elapsed_time(start) == pytest.approx(-start.elapsed_time(end))
     s.synchronize()
     assert s.query()
     assert_same(y, torch.ones(256, 256) @ torch.ones(256, 256))

@@ -101,7 +101,11 @@ def test_tensors_on_different_devices_in_fallback_ops():
         torch.masked_select(a, mask.to("tpu:1"))
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.equal(a, torch.ones(3, 3))
-    assert torch.masked_select(a, mask.to("tpu")).shape == (9,)
+    # With both on the device it runs, and picks the values the CPU picks.
+    x, m = torch.arange(9.0).reshape(3, 3), torch.tensor([[True, False, True], [False, False, True], [True] * 3])
+    picked = torch.masked_select(x.to("tpu"), m.to("tpu"))
+    assert picked.device.type == "tpu"
+    assert torch.equal(picked.cpu(), torch.masked_select(x, m))
 
 
 def test_program_limit_raises_a_clear_error(tmp_path):

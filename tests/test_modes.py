@@ -139,8 +139,11 @@ def test_fused_op_limit_flushes():
         "torch_tpu.set_eager_mode('fused')\n"
         "x = torch.zeros(2, device='tpu')\n"
         "for _ in range(25): x = x + 1\n"
-        "m = torch_tpu.metrics(); assert m['fused_graphs_run'] >= 2, m\n"
+        # 26 ops (zeros and 25 adds), at most 10 a graph: two full graphs run before the read,
+        # the last 6 ops run at the read.
+        "m = torch_tpu.metrics(); assert (m['fused_graphs_run'], m['fused_ops']) == (2, 20), m\n"
         "assert x.cpu().tolist() == [25.0, 25.0]\n"
+        "m = torch_tpu.metrics(); assert (m['fused_graphs_run'], m['fused_ops']) == (3, 26), m\n"
     )
     env = dict(os.environ, TORCH_TPU_FUSED_MAX_OPS="10")
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
