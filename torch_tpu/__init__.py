@@ -33,6 +33,9 @@ torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
 _C._register_ops()
 
 from ._metrics import metrics, reset_metrics  # noqa: E402
+from . import _meta  # noqa: E402
+
+_meta.install()
 from . import _printing  # noqa: E402
 
 _printing.install()

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "op_kernel.h"
+#include "../lowering/lowering.h"
 #include "../runtime/disk_cache.h"
 #include "../runtime/metrics.h"
 
@@ -57,6 +58,9 @@ py::dict MetricsDict() {
   d["recompile_reasons"] = m.recompiles();
   d["cpu_fallbacks"] = m.fallback_total.load();
   d["cpu_fallbacks_by_op"] = m.fallbacks();
+  // Which formulation aten::_grouped_mm lowers to here, and how many programs took each.
+  d["grouped_mm_path"] = lowering::RaggedDotInUse() ? "ragged_dot" : "tiled";
+  d["grouped_mm_lowerings"] = lowering::GroupedMmLowerings();
   return d;
 }
 

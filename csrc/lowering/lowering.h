@@ -3,6 +3,7 @@
 // neutral form, output types come from the caller (Meta kernels or FX metadata).
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -108,6 +109,14 @@ std::vector<std::string> GraphOnlyOps();
   static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::Register(op, fn)
 #define TPU_GRAPH_LOWERING(op, fn) \
   static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::RegisterGraphOnly(op, fn)
+
+// Platform choices, made once by the runtime from the plugin's platform before anything is
+// lowered. ragged_dot: chlo.ragged_dot compiles there (TPU, GPU); the XLA CPU plugin rejects
+// it ("ragged-dot is not supported by XLA:CPU"), so aten::_grouped_mm then lowers to tiles.
+void SetRaggedDot(bool supported);
+bool RaggedDotInUse();
+// aten::_grouped_mm programs lowered per formulation: {"ragged_dot": n, "tiled": n}.
+std::map<std::string, int64_t> GroupedMmLowerings();
 
 // Shared helpers (rule 6): every rule converts and broadcasts through these.
 Value ConvertTo(Ctx& ctx, Value v, ElemType elem);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../lowering/lowering.h"
 #include "disk_cache.h"
 #include "metrics.h"
 
@@ -142,6 +143,9 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   }
   cache_dir_ = DiskCacheDir(client_->platform_name(), client_->platform_version(), plugin->api_major(),
                             plugin->api_minor());
+  // Every platform but the XLA CPU plugin compiles chlo.ragged_dot (TORCH_TPU_RAGGED_DOT=0/1 overrides).
+  const char* ragged = std::getenv("TORCH_TPU_RAGGED_DOT");
+  lowering::SetRaggedDot(ragged && *ragged ? std::string(ragged) != "0" : client_->platform_name() != "cpu");
   if (const char* env = std::getenv("TORCH_TPU_MAX_PROGRAMS")) max_programs_ = std::max<long long>(1, std::atoll(env));
   if (client_->platform_name() == "cpu") {
     long long max_maps = 65530;
