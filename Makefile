@@ -51,7 +51,7 @@ test: cpp-test py-test
 # The whole OpInfo sweep (every entry, six dtypes, gradients in float32) on two processes;
 # reports entries that differ from tests/opinfo_known_failures.txt. Table and JSON in build/.
 opcheck: build
-	$(PY) -m torch_tpu.opcheck --grad --workers 2 --json build/opcheck.json --check-known
+	$(PY) -m torch_tpu.testing.opcheck --grad --workers 2 --json build/opcheck.json --check-known
 
 bench: build
 	$(PY) bench/dispatch.py

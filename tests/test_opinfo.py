@@ -13,7 +13,7 @@ import os
 
 import pytest
 import torch
-from torch_tpu import opcheck
+from torch_tpu.testing import opcheck
 
 pytestmark = [pytest.mark.filterwarnings("ignore")]
 

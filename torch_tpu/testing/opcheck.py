@@ -10,7 +10,7 @@ compared too (float dtypes), as separate `grad` entries.
 Tolerances are PyTorch's for the dtype (torch.testing.assert_close defaults), widened by the
 toleranceOverride decorators PyTorch's own OpInfo tests apply to that op and dtype.
 
-    python -m torch_tpu.opcheck [--ops add,mul] [--dtypes float32,bfloat16] [--grad]
+    python -m torch_tpu.testing.opcheck [--ops add,mul] [--dtypes float32,bfloat16] [--grad]
                                 [--workers 2] [--json out.json] [--check-known]
 
 tests/opinfo_known_failures.txt lists the entries known not to run natively, with reasons;
@@ -369,8 +369,8 @@ def check_op(op, dtype, max_samples, grad, timeout, variants=("function", "inpla
 
 # ---- known failures ----
 
-KNOWN_FAILURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
-                              "opinfo_known_failures.txt")
+KNOWN_FAILURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                              "tests", "opinfo_known_failures.txt")
 
 
 def load_known_failures(path=KNOWN_FAILURES):
@@ -503,7 +503,7 @@ def _run_workers(argv, workers):
         skip, out = 0, []
         try:
             while True:
-                cmd = [sys.executable, "-m", "torch_tpu.opcheck", *argv, "--shard", f"{i}/{workers}", "--jsonl", path,
+                cmd = [sys.executable, "-m", "torch_tpu.testing.opcheck", *argv, "--shard", f"{i}/{workers}", "--jsonl", path,
                        "--skip", str(skip)]
                 code = subprocess.call(cmd)
                 started, done = None, []
