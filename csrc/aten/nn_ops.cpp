@@ -5,6 +5,9 @@
 //   the results; the backward op is lowered directly.
 // - rms_norm is CompositeImplicitAutograd and would decompose into seven programs; on tpu it
 //   calls _fused_rms_norm, whose autograd formula uses _fused_rms_norm_backward (both lowered).
+// - Some backward ops have no Meta kernel in PyTorch (fractional_max_pool3d_backward, unlike its
+//   2-d twin; the margin and CTC losses'), which the generic kernel needs for the result type:
+//   each gradient has the geometry of the forward's input.
 #include <ATen/ATen.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -60,6 +63,15 @@ Tensor RmsNorm(const Tensor& input, c10::SymIntArrayRef normalized_shape, const 
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
 }
 
+// The Meta kernel of a gradient shaped like the op's tensor argument `kLike`.
+template <size_t kLike>
+void GradientLikeMeta(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  size_t n = op.schema().arguments().size();
+  Tensor like = (*stack)[stack->size() - n + kLike].toTensor();
+  torch::jit::drop(*stack, n);
+  stack->emplace_back(at::empty_like(like, at::MemoryFormat::Contiguous));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
@@ -77,6 +89,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", RmsNorm); }
+
+TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("_ctc_loss_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
+  m.impl("fractional_max_pool3d_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
+  m.impl("multi_margin_loss_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
+  m.impl("multilabel_margin_loss_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
+}
 
 }  // namespace tpu::aten
 

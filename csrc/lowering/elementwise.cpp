@@ -429,8 +429,24 @@ std::vector<Value> LowerLeakyRelu(Ctx& ctx, const Args& a) {
   return {ctx.b.Select(ctx.b.Compare(Cmp::GT, x, Const(ctx, 0, x)), x, Mul(ctx, x, slope))};
 }
 
+// leaky_relu_backward(g, x, slope, self_is_result) = x > 0 ? g : g * slope
+std::vector<Value> LowerLeakyReluBackward(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value g = CastTo(ctx, a.tensor(0), t), x = CastTo(ctx, a.tensor(1), t), slope = CastTo(ctx, a.tensor(2), t);
+  return {ctx.b.Select(ctx.b.Compare(Cmp::GT, x, Const(ctx, 0, x)), g, Mul(ctx, g, slope))};
+}
+
 // hardtanh(x, lo, hi) = clamp(x, lo, hi)
 std::vector<Value> LowerHardtanh(Ctx& ctx, const Args& a) { return LowerClampRule(ctx, a); }
+
+// hardtanh_backward(g, x, lo, hi) = lo < x < hi ? g : 0 (0 at a NaN x, as on the CPU)
+std::vector<Value> LowerHardtanhBackward(Ctx& ctx, const Args& a) {
+  TensorType t = ctx.out();
+  Value g = CastTo(ctx, a.tensor(0), t), x = CastTo(ctx, a.tensor(1), t);
+  Value lo = CastTo(ctx, a.tensor(2), t), hi = CastTo(ctx, a.tensor(3), t);
+  Value inside = And(ctx, ctx.b.Compare(Cmp::GT, x, lo), ctx.b.Compare(Cmp::LT, x, hi));
+  return {ctx.b.Select(inside, g, Const(ctx, 0, g))};
+}
 
 
 // ---- more unary and binary math (PyTorch's formulas, in the half types' f32 opmath) ----
@@ -941,6 +957,7 @@ TPU_LOWERING("aten::gelu_backward", LowerGeluBackward);
 TPU_LOWERING("aten::gt.Scalar", LowerCompare<Cmp::GT>);
 TPU_LOWERING("aten::gt.Tensor", LowerCompare<Cmp::GT>);
 TPU_LOWERING("aten::hardtanh", LowerHardtanh);
+TPU_LOWERING("aten::hardtanh_backward", LowerHardtanhBackward);
 TPU_LOWERING("aten::heaviside", LowerHeaviside);
 TPU_LOWERING("aten::hypot", LowerHypot);
 TPU_LOWERING("aten::i0", LowerI0);
@@ -954,6 +971,7 @@ TPU_LOWERING("aten::lcm", LowerLcm);
 TPU_LOWERING("aten::le.Scalar", LowerCompare<Cmp::LE>);
 TPU_LOWERING("aten::le.Tensor", LowerCompare<Cmp::LE>);
 TPU_LOWERING("aten::leaky_relu", LowerLeakyRelu);
+TPU_LOWERING("aten::leaky_relu_backward", LowerLeakyReluBackward);
 TPU_LOWERING("aten::lerp.Scalar", LowerLerp);
 TPU_LOWERING("aten::lerp.Tensor", LowerLerp);
 TPU_LOWERING("aten::lgamma", LowerUnary<kLgamma>);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "helpers.h"
 #include "nn_util.h"
 
 namespace tpu::lowering {
@@ -122,7 +123,7 @@ Value OffsetIndex(Ctx& ctx, const Pool& g, const std::vector<int64_t>& j) {
 // valid element of the window.
 void MaxStep(Ctx& ctx, Value& best, Value& best_idx, Value v, Value idx, Value valid) {
   Value take = ctx.b.Compare(Cmp::GT, v, best);
-  if (IsFloat(v.type.elem)) take = ctx.b.Binary("or", take, IsNan(ctx, v));
+  if (IsFloat(v.type.elem)) take = ctx.b.Binary("or", take, nn::IsNan(ctx, v));
   take = ctx.b.Binary("or", take, ctx.b.Compare(Cmp::LT, best_idx, ctx.b.ConstantInt(0, best_idx.type)));
   if (valid.valid()) take = ctx.b.Binary("and", take, valid);
   best = ctx.b.Select(take, v, best);
@@ -366,6 +367,115 @@ std::vector<Value> LowerAdaptiveMaxPoolBackward(Ctx& ctx, const Args& a) {
   return {ScatterAtIndices(ctx, a.tensor(0), a.tensor(2), ctx.out(), N)};
 }
 
+// ---- fractional max pooling (Graham 2014): windows at pseudo-random strides ----
+
+// Rounds f32 values to the nearest `bits`-bit-shorter mantissa (ties to even) with integer
+// ops, so no compiler pass can elide it: bf16 drops 16 bits, f16 13 (for f16's normal range).
+Value RoundMantissa(Ctx& ctx, Value v, int bits) {
+  TensorType u{ElemType::U32, v.type.dims};
+  Value w = ctx.b.BitcastConvert(v, u);
+  Value lsb = ctx.b.Binary("and", ctx.b.Binary("shift_right_logical", w, ctx.b.ConstantInt(bits, u)), ctx.b.ConstantInt(1, u));
+  w = Add(ctx, w, Add(ctx, lsb, ctx.b.ConstantInt((int64_t{1} << (bits - 1)) - 1, u)));
+  w = ctx.b.Binary("and", w, ctx.b.ConstantInt(static_cast<int64_t>(0xFFFFFFFFu << bits) & 0xFFFFFFFF, u));
+  return ctx.b.BitcastConvert(w, v.type);
+}
+
+// Window starts along one dim for every plane, from its sample u (planes,):
+// start[i] = int((i + u) * alpha) - int(u * alpha), alpha = (in - k) / (out - 1), the last
+// start in - k. PyTorch computes this in the input's type, rounding every step for bf16/f16.
+Value FractionalStarts(Ctx& ctx, Value u, ElemType elem, int64_t in, int64_t out, int64_t k) {
+  int64_t planes = u.type.dims[0];
+  TensorType last{ElemType::S64, {planes, 1}};
+  Value last_start = ctx.b.ConstantInt(in - k, last);
+  if (out == 1) return last_start;
+  ElemType ct = elem == ElemType::F64 ? ElemType::F64 : ElemType::F32;
+  int bits = elem == ElemType::BF16 ? 16 : elem == ElemType::F16 ? 13 : 0;
+  auto R = [&](Value v) { return bits ? RoundMantissa(ctx, v, bits) : v; };
+  TensorType t{ct, {planes, out - 1}};
+  Value uu = ctx.b.BroadcastInDim(ConvertTo(ctx, u, ct), t.dims, {0});
+  Value alpha = R(ctx.b.Binary("divide", R(ctx.b.Constant(static_cast<double>(in - k), t)),
+                               R(ctx.b.Constant(static_cast<double>(out - 1), t))));
+  Value i = ctx.b.Iota(t, 1);
+  Value hi = ctx.b.Convert(R(Mul(ctx, R(Add(ctx, i, uu)), alpha)), ElemType::S64);  // truncation, as the cast
+  Value lo = ctx.b.Convert(R(Mul(ctx, uu, alpha)), ElemType::S64);
+  return ctx.b.Concatenate({Sub(ctx, hi, lo), last_start}, 1);
+}
+
+// fractional_max_pool{2,3}d(x, kernel_size, output_size, random_samples (planes, N)) -> (y, indices).
+// The samples are the op's input (drawn by the caller), so the windows are run-time values:
+// each kernel offset is one gather, scanned in row-major order as the CPU kernel does (the
+// first maximum, or the last NaN). The 2-d op takes W's sample first, the 3-d op T's.
+template <size_t N>
+std::vector<Value> LowerFractionalMaxPool(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  const auto& k = a.ints(1);
+  const TensorType& out = ctx.out(0);
+  int64_t lead = x.type.rank() - static_cast<int64_t>(N), planes = 1, in_numel = 1;
+  for (int64_t i = 0; i < lead; ++i) planes *= x.type.dims[i];
+  std::vector<int64_t> grid = {planes}, in_stride(N, 1);
+  for (size_t d = 0; d < N; ++d) grid.push_back(out.dims[lead + d]);
+  for (int64_t d = static_cast<int64_t>(N) - 1; d >= 0; --d) {
+    in_stride[d] = in_numel;
+    in_numel *= x.type.dims[lead + d];
+  }
+  Value samples = ctx.b.Reshape(a.tensor(3), {planes, static_cast<int64_t>(N)});
+  std::vector<Value> starts;  // (planes, out_d) s64
+  for (size_t d = 0; d < N; ++d) {
+    int64_t column = N == 2 ? 1 - static_cast<int64_t>(d) : static_cast<int64_t>(d);
+    Value u = ctx.b.Reshape(ctx.b.Slice(samples, {0, column}, {planes, column + 1}, {1, 1}), {planes});
+    starts.push_back(FractionalStarts(ctx, u, x.type.elem, x.type.dims[lead + d], grid[d + 1], k[d]));
+  }
+  TensorType grid_s64{ElemType::S64, grid};
+  Value base = Mul(ctx, ctx.b.Iota(grid_s64, 0), ctx.b.ConstantInt(in_numel, grid_s64));
+  Value flat_x = ctx.b.Reshape(x, {planes * in_numel});
+  Value best = ctx.b.Extreme(false, {x.type.elem, grid});
+  Value best_idx = ctx.b.ConstantInt(-1, grid_s64);
+  std::vector<int64_t> j(N, 0);
+  while (true) {
+    Value flat = ctx.b.ConstantInt(0, grid_s64);
+    for (size_t d = 0; d < N; ++d) {
+      Value pos = Add(ctx, starts[d], ctx.b.ConstantInt(j[d], starts[d].type));
+      pos = Mul(ctx, pos, ctx.b.ConstantInt(in_stride[d], pos.type));
+      flat = Add(ctx, flat, ctx.b.BroadcastInDim(pos, grid, {0, static_cast<int64_t>(d) + 1}));
+    }
+    std::vector<int64_t> coord_dims = grid;
+    coord_dims.push_back(1);
+    Value v = GatherPoints(ctx, flat_x, ctx.b.Reshape(Add(ctx, flat, base), coord_dims));
+    MaxStep(ctx, best, best_idx, v, flat, Value{});
+    int64_t d = static_cast<int64_t>(N) - 1;
+    while (d >= 0 && ++j[d] == k[d]) j[d--] = 0;
+    if (d < 0) break;
+  }
+  return {ctx.b.Reshape(best, out.dims), ConvertTo(ctx, ctx.b.Reshape(best_idx, out.dims), ctx.out(1).elem)};
+}
+
+// fractional_max_pool{2,3}d_backward(g, x, kernel_size, output_size, indices)
+template <size_t N>
+std::vector<Value> LowerFractionalMaxPoolBackward(Ctx& ctx, const Args& a) {
+  return {ScatterAtIndices(ctx, a.tensor(0), a.tensor(4), ctx.out(), N)};
+}
+
+// max_unpool2d(x, indices, output_size) / max_unpool3d(x, indices, output_size, stride, padding):
+// zeros of the output shape with y[n, c, indices[n, c, i]] = x[n, c, i]. Indices repeat only
+// where pool windows overlapped, with the same value; one outside the output plane raises,
+// as on the CPU.
+template <size_t N>
+std::vector<Value> LowerMaxUnpool(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(0);
+  const TensorType& out = ctx.out();
+  int64_t lead = out.rank() - static_cast<int64_t>(N), planes = 1, plane = 1;
+  for (int64_t i = 0; i < out.rank(); ++i) (i < lead ? planes : plane) *= out.dims[i];
+  int64_t in = planes ? x.type.numel() / planes : 0;
+  TensorType idx_type{ElemType::S64, {planes, in}};
+  Value idx = ctx.b.Reshape(ConvertTo(ctx, a.tensor(1), ElemType::S64), idx_type.dims);
+  ctx.AddCheck(IndexOutOfRange(ctx, idx, plane, false),
+               "max_unpool" + std::to_string(N) + "d(): found an invalid max index (outside the output size)");
+  idx = Add(ctx, idx, Mul(ctx, ctx.b.Iota(idx_type, 0), ctx.b.ConstantInt(plane, idx_type)));
+  Value y = ScatterPoints(ctx, ctx.b.Constant(0, {out.elem, {planes * plane}}), ctx.b.Reshape(idx, {planes * in, 1}),
+                          ctx.b.Reshape(x, {planes * in}), "");
+  return {ctx.b.Reshape(y, out.dims)};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::_adaptive_avg_pool2d", LowerAdaptiveAvgPool<2>);
@@ -380,9 +490,15 @@ TPU_LOWERING("aten::avg_pool2d", LowerAvgPool<2>);
 TPU_LOWERING("aten::avg_pool2d_backward", LowerAvgPoolBackward<2>);
 TPU_LOWERING("aten::avg_pool3d", LowerAvgPool<3>);
 TPU_LOWERING("aten::avg_pool3d_backward", LowerAvgPoolBackward<3>);
+TPU_LOWERING("aten::fractional_max_pool2d", LowerFractionalMaxPool<2>);
+TPU_LOWERING("aten::fractional_max_pool2d_backward", LowerFractionalMaxPoolBackward<2>);
+TPU_LOWERING("aten::fractional_max_pool3d", LowerFractionalMaxPool<3>);
+TPU_LOWERING("aten::fractional_max_pool3d_backward", LowerFractionalMaxPoolBackward<3>);
 TPU_LOWERING("aten::max_pool2d_with_indices", LowerMaxPool<2>);
 TPU_LOWERING("aten::max_pool2d_with_indices_backward", LowerMaxPoolBackward<2>);
 TPU_LOWERING("aten::max_pool3d_with_indices", LowerMaxPool<3>);
 TPU_LOWERING("aten::max_pool3d_with_indices_backward", LowerMaxPoolBackward<3>);
+TPU_LOWERING("aten::max_unpool2d", LowerMaxUnpool<2>);
+TPU_LOWERING("aten::max_unpool3d", LowerMaxUnpool<3>);
 
 }  // namespace tpu::lowering

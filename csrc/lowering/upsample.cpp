@@ -13,7 +13,7 @@ namespace tpu::lowering {
 namespace {
 using namespace nn;
 
-enum class Mode { Nearest, NearestExact, Linear, Cubic };
+enum class Mode { Nearest, NearestExact, Linear, Cubic, LinearAA, CubicAA };
 
 // The taps of one spatial dim: for each tap t, the input index and weight of every output.
 struct Taps {
@@ -61,8 +61,50 @@ void CubicWeights(T t, T w[4]) {
   w[3] = conv2(x2 + 1);
 }
 
+// Anti-aliased taps (_upsample_{bilinear,bicubic}2d_aa, PIL's resampling, as PyTorch's
+// _compute_weights_aa): output o covers the input within `support` of its centre
+// scale * (o + 0.5), the filter stretched by the scale when downsampling, the weights
+// normalised to sum to 1. Taps past a window's end get weight 0.
+template <typename T>
+Taps AntialiasTaps(bool cubic, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  T s = AreaScale<T>(in, out, align_corners, scale);
+  T interp = cubic ? T(4) : T(2);
+  T support = s >= T(1) ? interp * T(0.5) * s : interp * T(0.5);
+  T invscale = s >= T(1) ? T(1) / s : T(1);
+  auto filter = [&](T x) {
+    x = std::abs(x);
+    if (!cubic) return x < T(1) ? T(1) - x : T(0);
+    const T A = static_cast<T>(-0.5);  // Keys' a = -0.5, as PIL
+    if (x < T(1)) return ((A + 2) * x - (A + 3)) * x * x + 1;
+    if (x < T(2)) return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+    return T(0);
+  };
+  size_t n = static_cast<size_t>(std::ceil(support)) * 2 + 1;
+  Taps taps;
+  taps.index.resize(n);
+  taps.weight.resize(n);
+  for (int64_t o = 0; o < out; ++o) {
+    T center = s * (static_cast<T>(o) + T(0.5));
+    int64_t xmin = std::max(static_cast<int64_t>(center - support + T(0.5)), int64_t{0});
+    int64_t xsize = std::min(static_cast<int64_t>(center + support + T(0.5)), in) - xmin;
+    std::vector<T> w(n, T(0));
+    T total = 0;
+    for (int64_t j = 0; j < xsize && j < static_cast<int64_t>(n); ++j) {
+      w[j] = filter((static_cast<T>(j + xmin) - center + T(0.5)) * invscale);
+      total += w[j];
+    }
+    for (size_t t = 0; t < n; ++t) {
+      taps.index[t].push_back(std::min(xmin + static_cast<int64_t>(t), in - 1));
+      taps.weight[t].push_back(static_cast<double>(total != T(0) ? w[t] / total : w[t]));
+    }
+  }
+  return taps;
+}
+
 template <typename T>
 Taps ComputeTaps(Mode mode, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (mode == Mode::LinearAA || mode == Mode::CubicAA)
+    return AntialiasTaps<T>(mode == Mode::CubicAA, in, out, align_corners, scale);
   Taps taps;
   if (mode == Mode::Nearest || mode == Mode::NearestExact) {
     taps.index.resize(1);
@@ -201,6 +243,10 @@ std::vector<Value> LowerInterpBackward(Ctx& ctx, const Args& a) {
 
 }  // namespace
 
+TPU_LOWERING("aten::_upsample_bicubic2d_aa", (LowerInterp<Mode::CubicAA, 2>));
+TPU_LOWERING("aten::_upsample_bicubic2d_aa_backward", (LowerInterpBackward<Mode::CubicAA, 2>));
+TPU_LOWERING("aten::_upsample_bilinear2d_aa", (LowerInterp<Mode::LinearAA, 2>));
+TPU_LOWERING("aten::_upsample_bilinear2d_aa_backward", (LowerInterpBackward<Mode::LinearAA, 2>));
 TPU_LOWERING("aten::_upsample_nearest_exact1d", (LowerNearest<Mode::NearestExact, 1>));
 TPU_LOWERING("aten::_upsample_nearest_exact1d_backward", (LowerNearestBackward<Mode::NearestExact, 1>));
 TPU_LOWERING("aten::_upsample_nearest_exact2d", (LowerNearest<Mode::NearestExact, 2>));
