@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../lowering/lowering.h"
+#include "compile_notice.h"
 #include "disk_cache.h"
 #include "metrics.h"
 
@@ -241,6 +242,7 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   CheckProgramLimit();
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
+  CompileNotice notice(op_name, cache_dir_);
   try {
     exe = client_->Compile(module_text, compile_options_);
   } catch (const pjrt::Error& e) {
