@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-namespace tpu {
+namespace tpu::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -92,4 +92,4 @@ CompileNotice::~CompileNotice() {
   s.last_end = Clock::now();
 }
 
-}  // namespace tpu
+}  // namespace tpu::runtime

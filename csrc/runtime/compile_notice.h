@@ -1,7 +1,7 @@
 #pragma once
 #include <string>
 
-namespace tpu {
+namespace tpu::runtime {
 
 // A user whose first calls stall on XLA compilation is told, once per process, what is going
 // on: which op is compiling, how many programs so far and for how long. A watcher thread
@@ -16,4 +16,4 @@ class CompileNotice {
   CompileNotice& operator=(const CompileNotice&) = delete;
 };
 
-}  // namespace tpu
+}  // namespace tpu::runtime
