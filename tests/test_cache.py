@@ -131,7 +131,10 @@ def _report_values(text):
     for line in text.splitlines():
         name, sep, value = line.partition(":")
         if sep and not line.startswith(" ") and value.strip():
-            values[name] = float(value) if name != "slowest_compile_op" else value.strip()
+            try:
+                values[name] = float(value)
+            except ValueError:  # a named value: the slowest op, the grouped-matmul path
+                values[name] = value.strip()
     return values
 
 
