@@ -7,7 +7,10 @@ BUILD_LOCK := /tmp/torch_tpu_build.lock
 XLA_CPU_PJRT := xla-cpu-pjrt==0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: all setup build demo test cpp-test py-test bench bench-generate bench-peers transformers-tests clean opcheck
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+WHEEL_BASE := build/wheel-base
+
+.PHONY: all setup build wheel wheel-test demo test cpp-test py-test bench bench-generate bench-peers transformers-tests clean opcheck
 
 all: build
 
@@ -32,6 +35,25 @@ setup: $(DEPS)
 build: $(DEPS)
 	flock $(BUILD_LOCK) $(PY) -m pip install -q --no-build-isolation -e .
 
+# dist/torch_tpu-$(VERSION)-cp311-...whl with the compiled extension; incremental, as it shares
+# build/ with `make build`.
+wheel: $(DEPS)
+	rm -f dist/torch_tpu-*.whl
+	flock $(BUILD_LOCK) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w dist .
+
+# A virtual environment with only PyTorch and the CPU plugin: the wheel test installs the
+# wheel into a fresh environment on top of it (tests/test_wheel.py).
+$(WHEEL_BASE)/.installed:
+	rm -rf $(WHEEL_BASE)
+	$(PYTHON) -m venv $(WHEEL_BASE)
+	$(WHEEL_BASE)/bin/python -m pip install -q torch==2.13.0
+	$(WHEEL_BASE)/bin/python -m pip install -q $(XLA_CPU_PJRT)
+	touch $@
+
+wheel-test: wheel $(WHEEL_BASE)/.installed
+	TORCH_TPU_TEST_WHEEL="$$(ls dist/torch_tpu-$(VERSION)-*.whl)" TORCH_TPU_TEST_WHEEL_BASE=$(WHEEL_BASE) \
+		$(PY) -m pytest tests/test_wheel.py -q $(PYTEST_ARGS)
+
 demo: build
 	$(PY) examples/demo.py
 
@@ -46,7 +68,7 @@ py-test: build
 	TORCH_TPU_EAGER_MODE=strict $(PY) -m pytest tests -q $(PYTEST_ARGS)
 	env -u TORCH_TPU_EAGER_MODE $(PY) -m pytest tests -q $(PYTEST_ARGS)
 
-test: cpp-test py-test
+test: cpp-test py-test wheel-test
 
 # The whole OpInfo sweep (every entry, six dtypes, gradients in float32) on two processes;
 # reports entries that differ from tests/opinfo_known_failures.txt. Table and JSON in build/.
@@ -72,4 +94,4 @@ transformers-tests: build
 	$(PY) tools/transformers_tests.py --src "$(TRANSFORMERS_SRC)" --models $(MODELS)
 
 clean:
-	rm -rf build
+	rm -rf build dist

@@ -19,11 +19,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import torch  # noqa: E402
 
-from . import _C, _plugin
+from . import _compat, _plugin  # noqa: E402
+
+try:
+    from ._build_info import torch_version as _built_for_torch, version as __version__
+except ImportError:
+    raise ImportError("torch_tpu's compiled extension is not built: run `make build` in the source "
+                      "checkout, or install the wheel (pip install torch-tpu)") from None
+# Before _C loads: under another PyTorch release it would fail with an undefined symbol.
+_compat.check_torch(__version__, _built_for_torch, torch.__version__)
+
+from . import _C  # noqa: E402
 
 __all__ = ["metrics", "reset_metrics", "native_ops", "platform", "set_eager_mode", "get_eager_mode", "eager_mode"]
 
-_C._configure(_plugin.discover(), int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1")))
+_plugin_choice = _plugin.choose()
+_C._configure(_plugin_choice.path, int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1")))
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import device as _device_module  # noqa: E402

@@ -1,16 +1,69 @@
-"""python -m torch_tpu [info | metrics [script.py [args...]] | metrics -m module [args...]]
-
-info     the platform, devices and plugin the device runs on.
-metrics  runs a script (or a module, with -m) as `python script.py args` would, then prints the
-         counters it left: ops per eager mode, compilations, cache hits, executions, host
-         syncs and their causes, CPU fallbacks, recompilations and their reasons. Without a
-         script it prints this process's counters, which start at zero."""
+"""python -m torch_tpu: what a bug report needs, the counters, and the compilation cache."""
+import argparse
+import os
+import platform as _host
 import runpy
 import sys
+import warnings
 
 import torch
 
 import torch_tpu
+from torch_tpu import _plugin, cache
+
+# Environment variables that change what the backend does; `info` prints those that are set.
+_ENV_PREFIXES = ("TORCH_TPU_", "XLA_", "LIBTPU_", "TPU_", "PJRT_", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return None  # unreachable
+
+
+def _info_lines():
+    choice = torch_tpu._plugin_choice
+    yield "torch_tpu", f"{torch_tpu.__version__} (built for PyTorch {torch_tpu._built_for_torch})"
+    yield "PyTorch", str(torch.__version__)
+    yield "Python", f"{_host.python_version()} ({sys.executable})"
+    yield "plugin", choice.path or "(none found)"
+    yield "plugin chosen by", choice.how
+    if choice.package:
+        yield "plugin package", f"{choice.package} {_plugin.package_version(choice.package) or '(version unknown)'}"
+    try:
+        with warnings.catch_warnings():  # the platform notice: the lines below say it
+            warnings.simplefilter("ignore")
+            torch.tpu.init()
+    except Exception as e:  # noqa: BLE001 - the report says why the device cannot start
+        yield "device", f"cannot start: {type(e).__name__}: {e}"
+    else:
+        props = torch.tpu.get_device_properties(0)
+        yield "PJRT API version", "{}.{}".format(*props.pjrt_api_version)
+        yield "platform", f"{props.platform} (platform version {props.platform_version})"
+        yield "devices", str(torch.tpu.device_count())
+        for i in range(torch.tpu.device_count()):
+            free, total = torch.tpu.mem_get_info(i)
+            yield f"  tpu:{i}", f"{torch_tpu._C._device_kind(i)}, {_size(total)} memory, {_size(free)} free"
+    yield "eager mode", torch_tpu.get_eager_mode()
+    root = cache.root()
+    if root:
+        entries, size = cache.usage(root)
+        yield "cache", f"{root} ({entries} programs, {_size(size)})"
+        if torch.tpu.is_initialized() and cache.directory():
+            entries, size = cache.usage(cache.directory())
+            yield "  this plugin", f"{os.path.basename(cache.directory())} ({entries} programs, {_size(size)})"
+    else:
+        yield "cache", "off (TORCH_TPU_CACHE_DIR is empty)"
+    env = sorted(k for k in os.environ if k.startswith(_ENV_PREFIXES))
+    yield "environment", ", ".join(f"{k}={os.environ[k]}" for k in env) or "(no TORCH_TPU_*/XLA variables set)"
+
+
+def info(args):
+    for key, value in _info_lines():
+        print(f"{key + ':':<18}{value}", flush=True)
+    return 0
 
 
 def _run_then_report(argv):
@@ -35,21 +88,58 @@ def _run_then_report(argv):
     return code
 
 
-def main(argv):
-    cmd = argv[0] if argv else "info"
-    if cmd == "metrics":
-        if len(argv) > 1:
-            return _run_then_report(argv[1:])
-        print(torch_tpu.metrics.report())
-    elif cmd == "info":
-        print(f"platform: {torch.tpu.get_device_name()}")
-        print(f"devices: {torch.tpu.device_count()}")
-        print(f"plugin: {torch.tpu.get_device_properties().plugin_path}")
-        print(f"native ops: {len(torch_tpu.native_ops())}")
-    else:
-        print(__doc__)
-        return 2
+def metrics(args):
+    if args.script:
+        return _run_then_report(args.script)
+    print(torch_tpu.metrics.report())
     return 0
+
+
+def cache_info(args):
+    root = cache.root()
+    if not root:
+        print("the disk cache is off (TORCH_TPU_CACHE_DIR is empty)")
+        return 0
+    limit = int(os.environ.get("TORCH_TPU_CACHE_MAX_BYTES", 4 << 30))
+    entries, size = cache.usage(root)
+    print(f"{root}: {entries} programs, {_size(size)} (limit {_size(limit)} per plugin folder)")
+    for name, (n, b) in cache.folders().items():
+        print(f"  {name}: {n} programs, {_size(b)}")
+    return 0
+
+
+def cache_clear(args):
+    root = cache.root()
+    print(f"removed {cache.clear()} files from {root}" if root else "the disk cache is off")
+    return 0
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m torch_tpu", description=__doc__)
+    commands = parser.add_subparsers(title="commands", metavar="{info,metrics,cache}")
+    p = commands.add_parser("info", help="versions, plugin, platform, devices, cache and environment (the default)")
+    p.set_defaults(run=info)
+    p = commands.add_parser(
+        "metrics", help="print the counters; with a script, run it first (python -m torch_tpu metrics train.py args)",
+        description="Runs a script (or a module, with -m) as `python script.py args` would, then prints the "
+        "counters it left: ops per eager mode, compilations, cache hits, executions, host syncs and their "
+        "causes, CPU fallbacks, recompilations and their reasons. Without a script it prints this process's "
+        "counters, which start at zero.")
+    p.add_argument("script", nargs=argparse.REMAINDER, help="script.py [args...] or -m module [args...]")
+    p.set_defaults(run=metrics)
+    p = commands.add_parser("cache", help="the compilation cache on disk: cache info, cache clear")
+    actions = p.add_subparsers(title="actions", metavar="{info,clear}", required=True)
+    actions.add_parser("info", help="where the cache is, its programs and size per plugin").set_defaults(run=cache_info)
+    actions.add_parser("clear", help="remove every cached program").set_defaults(run=cache_clear)
+    return parser
+
+
+def main(argv):
+    if argv[:1] == ["metrics"] and argv[1:2] not in (["-h"], ["--help"]):
+        # The script's own arguments pass through untouched (argparse would read "-m" as an option).
+        return metrics(argparse.Namespace(script=argv[1:]))
+    args = _parser().parse_args(argv or ["info"])
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,38 @@
+"""The PyTorch release check that runs before the compiled extension loads.
+
+torch_tpu/_C links against libtorch's C++ ABI, which changes between PyTorch releases:
+loaded under another release it fails with an undefined symbol, or worse, loads and
+crashes later. So the version _C was compiled against (recorded in _build_info.py at build
+time) is compared with the running PyTorch first. Patch releases of one major.minor keep
+the ABI, which is also what the wheel's `torch==X.Y.*` requirement allows.
+"""
+import re
+
+
+def release(version):
+    """(major, minor) of a PyTorch version string such as "2.13.0+cpu" or "2.14.0a0+git1234"."""
+    match = re.match(r"(\d+)\.(\d+)", str(version))
+    if not match:
+        raise ValueError(f"not a PyTorch version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def mismatch_message(torch_tpu_version, built_for, running):
+    """The error text for an extension built for PyTorch `built_for` under PyTorch `running`,
+    or None when the two releases match."""
+    if release(built_for) == release(running):
+        return None
+    major, minor = release(built_for)
+    return (
+        f"torch_tpu {torch_tpu_version} was built for PyTorch {built_for}, but PyTorch {running} is "
+        f"installed; its compiled extension works only with PyTorch {major}.{minor}.x. Either install "
+        f"the PyTorch it was built for (pip install \"torch=={major}.{minor}.*\"), or install a torch_tpu "
+        f"built for PyTorch {running} (from a source checkout: make wheel, then pip install dist/*.whl). "
+        "To import torch without torch_tpu meanwhile, set TORCH_DEVICE_BACKEND_AUTOLOAD=0.")
+
+
+def check_torch(torch_tpu_version, built_for, running):
+    """Raises ImportError when `running` is not the PyTorch release `built_for` names."""
+    message = mismatch_message(torch_tpu_version, built_for, running)
+    if message:
+        raise ImportError(message)
