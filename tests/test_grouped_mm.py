@@ -177,3 +177,30 @@ def test_compiled_one_program():
     check_rows(got, f(x, w, offs), 10, torch.float32)
     m = torch_tpu.metrics()
     assert (m["compile_graphs"], m["compile_programs"], m["compile_partitioned_graphs"]) == (1, 1, 0)
+
+
+def test_routing_ops_native_without_sync():
+    """The ops around Transformers' grouped_mm experts: sort, histc on int32 (the CPU takes only
+    floats), cumsum to int32, the inverse permutation by index_put, gathers."""
+    expert_ids = torch.randint(0, 8, (24,))
+    hidden = torch.randn(6, 16)
+
+    def route(ids, h, float_histc):
+        ids_g, perm = torch.sort(ids, stable=True)  # ties in any order are valid; stable compares
+        rows = h[perm // 4]
+        counts = torch.histc(ids_g.float() if float_histc else ids_g.int(), bins=8, min=0, max=7)
+        offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.size(0), device=perm.device)
+        return ids_g, rows, counts.int(), offs, inv
+
+    want = route(expert_ids, hidden, True)
+    ids, h = tpu(expert_ids), tpu(hidden)
+    torch.tpu.synchronize()
+    torch_tpu.metrics.reset()
+    got = route(ids, h, False)
+    m = torch_tpu.metrics()
+    assert m["host_syncs"] == 0 and m["cpu_fallbacks"] == 0
+    assert got[2].dtype == torch.int32
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
