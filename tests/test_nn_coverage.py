@@ -1,5 +1,6 @@
 """Ops an OpInfo sweep found without a lowering, against PyTorch CPU: activation backwards,
-max_unpool, fractional max pooling, rrelu, margin losses and anti-aliased resizing. `check` (tests/test_nn_ops.py) runs
+max_unpool, fractional max pooling, rrelu, margin and CTC losses, segment reductions,
+anti-aliased bilinear resizing and special functions. `check` (tests/test_nn_ops.py) runs
 each on CPU and on tpu and compares values and gradients, with no op allowed to fall back.
 """
 import math
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+import torch_tpu
 from test_nn_ops import BF16, F32, check, native, randn
 
 BOTH = [F32, BF16]
@@ -122,6 +124,50 @@ def test_margin_loss_bad_target_raises():
         F.multi_margin_loss(torch.zeros(2, 3, device="tpu"), torch.tensor([0, 3], device="tpu")).cpu()
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_ctc_loss(padded, reduction):
+    g = torch.Generator().manual_seed(4)
+    T, N, C = 12, 4, 6
+    logits = torch.randn(T, N, C, generator=g)
+    input_lengths, target_lengths = [12, 9, 12, 5], [4, 3, 0, 2]
+    targets = torch.randint(1, C, (N, 4), generator=g)
+    targets[0, 1] = targets[0, 2]  # a repeated label needs a blank between
+    if not padded:
+        targets = torch.cat([targets[i, :n] for i, n in enumerate(target_lengths)])
+
+    def fn(logits):
+        lp = logits.log_softmax(-1)
+        return F.ctc_loss(lp, targets.to(lp.device), torch.tensor(input_lengths), torch.tensor(target_lengths),
+                          blank=0, reduction=reduction)
+
+    check(fn, logits, grad=True, atol=1e-4, rtol=1e-4)
+
+
+def test_ctc_loss_impossible_alignment():
+    """A target longer than its input has zero likelihood: inf, or 0 with zero_infinity."""
+    lp = randn(3, 1, 5).log_softmax(-1)
+    targets, lengths = torch.tensor([[1, 2, 3, 4]]), (torch.tensor([3]), torch.tensor([4]))
+    for zero_infinity in (False, True):
+        check(lambda lp: F.ctc_loss(lp, targets.to(lp.device), *lengths, reduction="sum", zero_infinity=zero_infinity),
+              lp, grad=zero_infinity)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("dtype", BOTH)
+def test_segment_reduce(reduce, dtype):
+    data = randn(3, 9, 2)
+    data[0, 1, 0] = data[0, 2, 0]  # a tie inside a segment for max/min
+    lengths = torch.tensor([[2, 0, 4, 3], [9, 0, 0, 0], [1, 1, 1, 6]])
+    offsets = torch.cat([torch.zeros(3, 1, dtype=torch.long), lengths.cumsum(1)], 1)
+    grad = dtype == F32
+    check(lambda d: torch.segment_reduce(d, reduce, lengths=lengths.to(d.device), axis=1), data, grad=grad, dtype=dtype)
+    check(lambda d: torch.segment_reduce(d, reduce, offsets=offsets.to(d.device), axis=1, initial=1.5), data,
+          grad=grad, dtype=dtype)
+    check(lambda d: torch.segment_reduce(d, reduce, lengths=torch.tensor([3, 0, 2], device=d.device)), randn(5, 3),
+          grad=grad, dtype=dtype)
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 @pytest.mark.parametrize("size,align", [((5, 9), False), ((13, 4), True), ((3, 3), False)])
 def test_antialiased_interpolation(mode, size, align):
@@ -129,3 +175,34 @@ def test_antialiased_interpolation(mode, size, align):
           grad=True)
     check(lambda x: F.interpolate(x, scale_factor=0.45, mode=mode, antialias=True), randn(1, 2, 10, 12), grad=True)
 
+
+def _special_points(low):
+    g = torch.Generator().manual_seed(6)
+    regimes = [torch.rand(40, generator=g) * 2, 2 + torch.rand(60, generator=g) * 23, 25 + torch.rand(30, generator=g) * 200]
+    x = torch.cat(regimes + [torch.tensor([0.0, 1e-3, 2.0, 25.0, math.inf, -math.inf, math.nan])])
+    return torch.cat([x, -x]) if low else x
+
+
+@pytest.mark.parametrize("name", ["bessel_y0", "bessel_y1"])
+def test_bessel_y(name):
+    fn = getattr(torch.special, name)
+    check(fn, _special_points(low=True), atol=1e-5, rtol=2e-5)
+    check(fn, torch.tensor([0, 1, 3, 30]), atol=1e-5, rtol=2e-5)  # integer inputs compute in float32
+
+
+def test_airy_ai():
+    x = torch.cat([torch.linspace(-30, 12, 421), torch.tensor([0.0, -2.0, 1.0, math.nan, math.inf, -math.inf])])
+    check(torch.special.airy_ai, x, atol=1e-5, rtol=2e-5)
+    check(torch.special.airy_ai, torch.tensor([-3, 0, 2], dtype=torch.int64), atol=1e-5, rtol=2e-5)
+
+
+def test_rrelu_and_max_unpool_compiled():
+    torch._dynamo.reset()
+    x = randn(16, 16)
+    with native():
+        f = torch.compile(lambda x: F.rrelu(x, 0.1, 0.3, training=True), backend="tpu")
+        slopes = (f(x.to("tpu")).cpu() / x)[x < 0]
+        assert slopes.min() >= 0.1 and slopes.max() <= 0.3 and slopes.std() > 0.03
+        g = torch.compile(lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2), backend="tpu")
+        assert_close(g(x[None, None].to("tpu")).cpu(), F.max_unpool2d(*F.max_pool2d(x[None, None], 2, return_indices=True), 2))
+        assert not torch_tpu.metrics()["compile_eager_nodes_by_op"]

@@ -623,24 +623,37 @@ std::vector<Value> LowerNativeDropoutBackward(Ctx& ctx, const Args& a) {
   return {Out(ctx, y)};
 }
 
-// rrelu_with_noise(x, noise!, lower, upper, training, generator): in training each x <= 0 is
-// scaled by a slope drawn uniformly from [lower, upper) by the device generator, and `noise`
-// is overwritten with the slopes (1 where x > 0), which the backward multiplies by; in
-// evaluation the slope is (lower + upper) / 2 and noise is left alone.
-std::vector<Value> LowerRreluWithNoise(Ctx& ctx, const Args& a) {
+// rrelu in training scales each x <= 0 by a slope drawn uniformly from [lower, upper) by the
+// device generator (1 for x > 0): {y, slopes}; in evaluation the slope is (lower + upper) / 2
+// and the slopes are invalid (noise is left alone).
+std::pair<Value, Value> Rrelu(Ctx& ctx, const Args& a) {
   Value x = Acc(ctx, a.tensor(0));
   Value lower = CastTo(ctx, a.tensor(2), x.type), upper = CastTo(ctx, a.tensor(3), x.type);
   Value nonpositive = ctx.b.Compare(Cmp::LE, x, Scalar(ctx, 0, x));
   if (!a.bool_(4)) {
     Value slope = Bin(ctx, "multiply", Bin(ctx, "add", lower, upper), Scalar(ctx, 0.5, x));
-    return {Out(ctx, ctx.b.Select(nonpositive, Bin(ctx, "multiply", x, slope), x))};
+    return {Out(ctx, ctx.b.Select(nonpositive, Bin(ctx, "multiply", x, slope), x)), Value{}};
   }
   if (a.is_none(5)) throw Unsupported("rrelu_with_noise without a generator state");
   Value u = ConvertTo(ctx, Uniform01(ctx, a.tensor(5), x.type.dims), x.type.elem);
   Value slope = Bin(ctx, "add", lower, Bin(ctx, "multiply", u, Bin(ctx, "subtract", upper, lower)));
   Value noise = ctx.b.Select(nonpositive, slope, Scalar(ctx, 1, x));
-  ctx.WriteArg(1, ConvertTo(ctx, noise, a.tensor(1).type.elem));
-  return {Out(ctx, Bin(ctx, "multiply", x, noise))};
+  return {Out(ctx, Bin(ctx, "multiply", x, noise)), ConvertTo(ctx, noise, a.tensor(1).type.elem)};
+}
+
+// rrelu_with_noise(x, noise!, lower, upper, training, generator): the slopes overwrite `noise`,
+// which the backward multiplies by.
+std::vector<Value> LowerRreluWithNoise(Ctx& ctx, const Args& a) {
+  auto [y, noise] = Rrelu(ctx, a);
+  if (noise.valid()) ctx.WriteArg(1, noise);
+  return {y};
+}
+
+// rrelu_with_noise_functional(x, noise, lower, upper, training, generator) -> (y, noise_out),
+// the form torch.compile graphs hold.
+std::vector<Value> LowerRreluWithNoiseFunctional(Ctx& ctx, const Args& a) {
+  auto [y, noise] = Rrelu(ctx, a);
+  return {y, noise.valid() ? noise : a.tensor(1)};
 }
 
 }  // namespace
@@ -693,6 +706,7 @@ TPU_LOWERING("aten::replication_pad2d_backward", LowerPadBackward<false>);
 TPU_LOWERING("aten::replication_pad3d", LowerPad<false>);
 TPU_LOWERING("aten::replication_pad3d_backward", LowerPadBackward<false>);
 TPU_LOWERING("aten::rrelu_with_noise", LowerRreluWithNoise);
+TPU_LOWERING("aten::rrelu_with_noise_functional", LowerRreluWithNoiseFunctional);
 TPU_LOWERING("aten::smooth_l1_loss", LowerSmoothL1<false>);
 TPU_LOWERING("aten::smooth_l1_loss_backward", LowerSmoothL1Backward<false>);
 TPU_LOWERING("aten::softplus", LowerSoftplus);
