@@ -129,6 +129,23 @@ def test_avg_pool2d(kw, dtype):
     check(lambda x: F.avg_pool2d(x, **kw), randn(2, 3, 9, 10), grad=True, dtype=dtype)
 
 
+@pytest.mark.parametrize("divisor_override", [None, 3, -2, -7])
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("count_include_pad", [False, True])
+def test_avg_pool_every_divisor_combination(divisor_override, ceil_mode, count_include_pad):
+    # Windows that reach into the padding and (ceil_mode) past the input: every combination
+    # divides as the CPU does, forward and backward, a negative divisor_override included.
+    kw = dict(ceil_mode=ceil_mode, count_include_pad=count_include_pad, divisor_override=divisor_override)
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1, **kw), randn(1, 2, 6, 7), grad=True)
+    check(lambda x: F.avg_pool3d(x, (2, 3, 2), 2, (1, 1, 0), **kw), randn(1, 1, 5, 6, 5), grad=True)
+
+
+def test_avg_pool_zero_divisor_raises():
+    for x in (randn(1, 1, 4, 4), randn(1, 1, 4, 4).to(TPU)):
+        with pytest.raises(RuntimeError, match="divisor must be not zero"):
+            F.avg_pool2d(x, 2, divisor_override=0)
+
+
 def test_avg_pool_1d_3d():
     check(lambda x: F.avg_pool1d(x, 3, 2, 1, count_include_pad=False), randn(2, 3, 11), grad=True)
     check(lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True), randn(2, 2, 5, 6, 7), grad=True)

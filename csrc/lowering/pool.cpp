@@ -164,11 +164,12 @@ std::vector<Value> LowerMaxPoolBackward(Ctx& ctx, const Args& a) {
   return {ScatterAtIndices(ctx, a.tensor(0), a.tensor(7), ctx.out(), N)};
 }
 
-// avg pooling's divisor for each output: divisor_override, or the window's size clipped to
-// the padded input (count_include_pad) or to the input. Empty windows get 1 (their sum is 0).
+// avg pooling's divisor for each output: divisor_override (any nonzero value, negative too, as
+// on the CPU; Meta rejects 0), or the window's size clipped to the padded input
+// (count_include_pad) or to the input. Empty windows get 1 (their sum is 0).
 Value AvgDivisor(Ctx& ctx, const Pool& g, bool count_include_pad, int64_t divisor_override, ElemType acc) {
   TensorType t{acc, g.out};
-  if (divisor_override > 0) return ctx.b.Constant(static_cast<double>(divisor_override), t);
+  if (divisor_override != 0) return ctx.b.Constant(static_cast<double>(divisor_override), t);
   std::vector<std::vector<float>> per_dim;
   std::vector<bool> empty_any;
   Value divisor = ctx.b.Constant(1, t);
