@@ -19,8 +19,15 @@ shlo::ElemType ToElemType(c10::ScalarType t);
 c10::ScalarType ToScalarType(shlo::ElemType t);
 bool IsSupportedDtype(c10::ScalarType t);
 
+// The TpuStorage under a tensor. Its c10 storage usually is that TpuStorage (made by the tpu
+// allocator); PyTorch also makes storages over tpu memory that start inside one
+// (untyped_storage()[a:b] slices, from_blob in torch.save's legacy writer): StorageOffsetOf
+// then counts from the TpuStorage's start, not the c10 storage's.
 runtime::TpuStorage* StorageOf(const at::Tensor& t);
+runtime::TpuStorage* StorageOf(const c10::StorageImpl& storage);  // null when it is not tpu memory
+int64_t StorageOffsetOf(const at::Tensor& t);
 lowering::ViewGeometry GeometryOf(const at::Tensor& t);
+bool IsTpuAllocation(const c10::DataPtr& p);
 
 // Current device of this thread (the device guard's state).
 c10::DeviceIndex CurrentDevice();

@@ -135,6 +135,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
 
  public:
   static TpuAllocator& Instance();
+  static bool Owns(const c10::DataPtr& p);  // made by allocate(): the context is a TpuStorage
 
  private:
   std::mutex mu_;
@@ -143,6 +144,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
 
 TpuAllocator g_allocator;
 TpuAllocator& TpuAllocator::Instance() { return g_allocator; }
+bool TpuAllocator::Owns(const c10::DataPtr& p) { return p.get_deleter() == &Delete; }
 
 // Pinned host memory: ordinary aligned host memory, remembered so is_pinned() can answer.
 class PinnedAllocator final : public c10::Allocator {
@@ -329,6 +331,8 @@ class TpuHooks final : public at::PrivateUse1HooksInterface {
 TpuHooks* g_hooks = new TpuHooks();
 
 }  // namespace
+
+bool IsTpuAllocation(const c10::DataPtr& p) { return TpuAllocator::Owns(p); }
 
 c10::DeviceIndex CurrentDevice() { return t_current_device; }
 

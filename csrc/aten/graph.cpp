@@ -233,7 +233,7 @@ class Graph {
       key.push_back(static_cast<int64_t>(t.scalar_type()));
       for (int64_t d : t.sizes()) key.push_back(d);
       for (int64_t d : t.strides()) key.push_back(d);
-      key.push_back(t.storage_offset());
+      key.push_back(StorageOffsetOf(t));
       key.push_back(static_cast<int64_t>(s->nbytes));
       key.push_back(s->buffer ? static_cast<int64_t>(s->elem) : -1);
     }
@@ -495,11 +495,7 @@ class Graph {
         storage = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
         storage_values[s] = storage;
       }
-      if (storage.type.elem != want) {
-        if (shlo::ByteSize(storage.type.elem) != shlo::ByteSize(want))
-          throw NotLowerable("an input's storage holds elements of another size");
-        storage = b.BitcastConvert(storage, {want, storage.type.dims});
-      }
+      storage = lowering::Reinterpret(b, storage, want);
       values[i] = lowering::ReadView(b, storage, GeometryOf(t));
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
@@ -547,11 +543,7 @@ class Graph {
         updated = b.Reshape(v, {g.storage_numel});
       } else {
         shlo::Value base = storage_values.at(s);
-        if (base.type.elem != v.type.elem) {
-          if (shlo::ByteSize(base.type.elem) != shlo::ByteSize(v.type.elem))
-            throw NotLowerable("write into a storage of another element size");
-          v = b.BitcastConvert(v, {base.type.elem, v.type.dims});
-        }
+        base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
         g.storage_numel = base.type.dims[0];
         updated = lowering::WriteView(b, base, g, v);
       }

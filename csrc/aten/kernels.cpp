@@ -94,17 +94,37 @@ bool IsSupportedDtype(c10::ScalarType t) {
   }
 }
 
-TpuStorage* StorageOf(const at::Tensor& t) {
-  auto* s = static_cast<TpuStorage*>(t.storage().data_ptr().get_context());
-  TORCH_CHECK(s != nullptr, "tpu: tensor has no tpu storage");
-  return s;
+namespace {
+// The TpuStorage holding a storage, and the byte where that storage starts in it.
+std::pair<TpuStorage*, int64_t> Resolve(const c10::StorageImpl& storage) {
+  const c10::DataPtr& p = storage.data_ptr();
+  if (IsTpuAllocation(p)) return {static_cast<TpuStorage*>(p.get_context()), 0};
+  int64_t byte_offset = 0;
+  TpuStorage* s = Runtime::Get().LookupContaining(reinterpret_cast<uintptr_t>(p.get()), &byte_offset);
+  return {s, byte_offset};
+}
+std::pair<TpuStorage*, int64_t> Resolve(const at::Tensor& t) {
+  auto resolved = Resolve(*t.storage().unsafeGetStorageImpl());
+  TORCH_CHECK(resolved.first != nullptr, "tpu: tensor has no tpu storage");
+  return resolved;
+}
+}  // namespace
+
+TpuStorage* StorageOf(const at::Tensor& t) { return Resolve(t).first; }
+TpuStorage* StorageOf(const c10::StorageImpl& storage) { return Resolve(storage).first; }
+
+int64_t StorageOffsetOf(const at::Tensor& t) {
+  int64_t bytes = Resolve(t).second;
+  TORCH_CHECK(bytes % static_cast<int64_t>(t.element_size()) == 0, "tpu: a ", t.scalar_type(),
+              " view of a storage slice that starts at byte ", bytes, " of its tpu storage is not aligned");
+  return t.storage_offset() + bytes / static_cast<int64_t>(t.element_size());
 }
 
 lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
   lowering::ViewGeometry g;
   g.sizes = t.sizes().vec();
   g.strides = t.strides().vec();
-  g.offset = t.storage_offset();
+  g.offset = StorageOffsetOf(t);
   g.storage_numel = static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size());
   return g;
 }
@@ -220,7 +240,7 @@ at::Tensor HostView(const at::Tensor& src) {
   auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));
   s->ReadBytes(bytes.data_ptr());
   auto typed = at::empty({0}, src.options().device(at::kCPU));
-  typed.set_(bytes.storage(), src.storage_offset(), src.sizes(), src.strides());
+  typed.set_(bytes.storage(), StorageOffsetOf(src), src.sizes(), src.strides());
   return typed;
 }
 
@@ -258,7 +278,7 @@ void WriteViewOnHost(const at::Tensor& dst, const at::Tensor& host) {
   auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));
   s->ReadBytes(bytes.data_ptr());
   auto view = at::empty({0}, dst.options().device(at::kCPU));
-  view.set_(bytes.storage(), dst.storage_offset(), dst.sizes(), dst.strides());
+  view.set_(bytes.storage(), StorageOffsetOf(dst), dst.sizes(), dst.strides());
   view.copy_(host);
   shlo::ElemType elem = ToElemType(dst.scalar_type());
   {
@@ -325,7 +345,7 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
                                  src.options().device(dst.device()));
     pjrt::BufferPtr buffer = s->Materialize(ToElemType(src.scalar_type()));
     StorageOf(moved)->Assign(Runtime::Get().client().CopyToDevice(*buffer, dst.device().index()), s->elem);
-    src = moved.as_strided(src.sizes(), src.strides(), src.storage_offset());
+    src = moved.as_strided(src.sizes(), src.strides(), StorageOffsetOf(src));
   }
   c10::DeviceGuard guard(dst.device());
   CopyInto(ApplyBits(ApplyBits(src, self), dst), out);

@@ -156,7 +156,7 @@ void AddTensorToKey(Call& call, const at::Tensor& t, std::vector<TpuStorage*>& s
   k.push_back(t.dim());
   for (int64_t d : t.sizes()) k.push_back(d);
   for (int64_t d : t.strides()) k.push_back(d);
-  k.push_back(t.storage_offset());
+  k.push_back(StorageOffsetOf(t));
   k.push_back(static_cast<int64_t>(s->nbytes));
   k.push_back((s->buffer || s->pending) ? static_cast<int64_t>(s->elem) : -1);
   int64_t alias = -1;
@@ -434,11 +434,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
     }
     shlo::Value storage = storage_value(slot);
     shlo::ElemType want = ToElemType(t.scalar_type());
-    if (storage.type.elem != want) {
-      if (shlo::ByteSize(storage.type.elem) != shlo::ByteSize(want))
-        throw lowering::Unsupported("storage reinterpreted with another element size");
-      storage = b.BitcastConvert(storage, {want, storage.type.dims});
-    }
+    storage = lowering::Reinterpret(b, storage, want);  // a view(dtype), an untyped storage
     slot_values[slot] = lowering::ReadView(b, storage, GeometryOf(t));
   }
   std::vector<shlo::Value> scalar_values;
@@ -543,11 +539,7 @@ std::shared_ptr<Program> BuildProgram(const OpEntry& e, torch::jit::Stack& stack
       updated = b.Reshape(v, {g.storage_numel});
     } else {
       shlo::Value base = storage_value(target);
-      if (base.type.elem != v.type.elem) {
-        if (shlo::ByteSize(base.type.elem) != shlo::ByteSize(v.type.elem))
-          throw lowering::Unsupported("write into storage of another element size");
-        v = b.BitcastConvert(v, {base.type.elem, v.type.dims});
-      }
+      base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
       g.storage_numel = base.type.dims[0];
       updated = lowering::WriteView(b, base, g, v);
     }
@@ -921,7 +913,7 @@ class FusedGraph {
     for (auto& [uid, pend] : pending_order_) {
       auto impl = pend.storage.lock();
       if (!impl) continue;  // died before the sync: its value is never needed
-      auto* s = static_cast<TpuStorage*>(impl->data_ptr().get_context());
+      auto* s = StorageOf(*impl);
       if (!s || s->uid != uid || !s->pending) continue;
       outputs.push_back(storage_value_.at(uid));
       targets.emplace_back(std::move(impl), elem_.at(uid));
@@ -982,7 +974,7 @@ class FusedGraph {
     std::vector<pjrt::BufferPtr> outs = rt.Execute(*fused->exe, device, raw);
     metrics.executions++;
     for (size_t i = 0; i < targets.size(); ++i) {
-      static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context())->AssignComputed(outs[i], targets[i].second);
+      StorageOf(*targets[i].first)->AssignComputed(outs[i], targets[i].second);
     }
     DeferChecks(fused->check_messages, outs, targets.size());
   }
@@ -1002,7 +994,7 @@ class FusedGraph {
     Runtime& rt = Runtime::Get();
     auto assign_computed = [&] {
       for (size_t i = 0; i < targets.size(); ++i) {
-        auto* s = static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context());
+        auto* s = StorageOf(*targets[i].first);
         if (values[outputs[i]]) s->AssignComputed(values[outputs[i]], targets[i].second);
       }
     };
@@ -1027,7 +1019,7 @@ class FusedGraph {
         std::string message = std::string("tpu: ") + c.program->op_name + " (deferred in a fused graph) failed: " + ex.what();
         for (size_t i = 0; i < targets.size(); ++i)
           if (!values[outputs[i]])
-            static_cast<TpuStorage*>(targets[i].first->data_ptr().get_context())->MarkFailed(message);
+            StorageOf(*targets[i].first)->MarkFailed(message);
         throw std::runtime_error(message);
       }
     }
@@ -1043,6 +1035,7 @@ class FusedGraph {
 
   struct PendingStorage {
     c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    c10::intrusive_ptr<c10::StorageImpl> keep;  // a storage slice: its TpuStorage may outlive it
   };
 
   int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
@@ -1060,9 +1053,10 @@ class FusedGraph {
     storage_value_[s->uid] = value;
     elem_[s->uid] = elem;
     if (pending_uids_.insert(s->uid).second) {
-      pending_order_.emplace_back(s->uid, PendingStorage{c10::weak_intrusive_ptr<c10::StorageImpl>(
-                                               c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(
-                                                   t.storage().unsafeGetStorageImpl()))});
+      auto impl = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(t.storage().unsafeGetStorageImpl());
+      bool slice = !IsTpuAllocation(impl->data_ptr());
+      pending_order_.emplace_back(s->uid, PendingStorage{c10::weak_intrusive_ptr<c10::StorageImpl>(impl),
+                                                         slice ? impl : c10::intrusive_ptr<c10::StorageImpl>()});
     }
   }
 
@@ -1119,7 +1113,7 @@ class FusedGraph {
     for (auto& [uid, pend] : pending_order_) {
       auto impl = pend.storage.lock();
       if (!impl) continue;
-      auto* s = static_cast<TpuStorage*>(impl->data_ptr().get_context());
+      auto* s = StorageOf(*impl);
       if (s && s->uid == uid) s->pending = false;
     }
     device_ = -1;

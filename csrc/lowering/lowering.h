@@ -146,5 +146,9 @@ Value ReadView(Builder& b, Value storage, const ViewGeometry& g);
 Value WriteView(Builder& b, Value storage, const ViewGeometry& g, Value value);
 // Lays a logical array out in a fresh storage with the given (dense, non-overlapping) strides.
 Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides);
+// The bytes of a 1-D storage value read as `elem` (a view(dtype), a bool tensor's untyped
+// storage read as uint8): [n] of one type -> [n * size / size'] of the other. bool bytes are
+// 0/1; complex numbers are their (real, imag) pairs.
+Value Reinterpret(Builder& b, Value storage, ElemType elem);
 
 }  // namespace tpu::lowering

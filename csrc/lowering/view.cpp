@@ -118,4 +118,63 @@ Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides) {
   return b.Reshape(b.Transpose(value, perm), {value.type.numel()});
 }
 
+namespace {
+
+// The real type of a complex type's parts.
+ElemType PartType(ElemType t) { return t == ElemType::C64 ? ElemType::F32 : ElemType::F64; }
+
+// Storage bytes as unsigned integers of one width: the common ground of every reinterpretation.
+ElemType BitsOfSize(size_t bytes) {
+  switch (bytes) {
+    case 1: return ElemType::U8;
+    case 2: return ElemType::U16;
+    case 4: return ElemType::U32;
+    default: return ElemType::U64;
+  }
+}
+
+// [n] -> [n * from / to] between two real (non-bool, non-complex) types of any widths.
+Value BitcastWidths(Builder& b, Value v, ElemType elem) {
+  size_t from = shlo::ByteSize(v.type.elem), to = shlo::ByteSize(elem);
+  int64_t n = v.type.dims[0];
+  if (from == to) return b.BitcastConvert(v, {elem, {n}});
+  if (from > to) {  // each element splits into from/to narrower ones along a new minor dim
+    int64_t k = static_cast<int64_t>(from / to);
+    return b.Reshape(b.BitcastConvert(v, {elem, {n, k}}), {n * k});
+  }
+  int64_t k = static_cast<int64_t>(to / from);
+  if (n % k != 0) throw Unsupported("a storage whose size is not a multiple of the element size");
+  return b.BitcastConvert(b.Reshape(v, {n / k, k}), {elem, {n / k}});
+}
+
+}  // namespace
+
+Value Reinterpret(Builder& b, Value storage, ElemType elem) {
+  ElemType from = storage.type.elem;
+  if (from == elem) return storage;
+  int64_t n = storage.type.dims.at(0);
+  if (from == ElemType::Pred) return Reinterpret(b, b.Convert(storage, ElemType::U8), elem);
+  if (elem == ElemType::Pred) {
+    Value bytes = Reinterpret(b, storage, ElemType::U8);
+    return b.Compare(Cmp::NE, bytes, b.Constant(0, bytes.type));
+  }
+  if (shlo::IsComplex(from)) {  // (re, im) interleaved
+    ElemType part = PartType(from);
+    Value re = b.Reshape(b.Op1("stablehlo.real", {storage}, {part, {n}}), {n, 1});
+    Value im = b.Reshape(b.Op1("stablehlo.imag", {storage}, {part, {n}}), {n, 1});
+    Value parts = b.Reshape(b.Concatenate({re, im}, 1), {2 * n});
+    return Reinterpret(b, b.BitcastConvert(parts, {BitsOfSize(shlo::ByteSize(part)), {2 * n}}), elem);
+  }
+  if (shlo::IsComplex(elem)) {
+    ElemType part = PartType(elem);
+    Value parts = BitcastWidths(b, storage, part);
+    int64_t m = parts.type.dims[0] / 2;
+    Value pairs = b.Reshape(parts, {m, 2});
+    Value re = b.Reshape(b.Slice(pairs, {0, 0}, {m, 1}, {1, 1}), {m});
+    Value im = b.Reshape(b.Slice(pairs, {0, 1}, {m, 2}, {1, 1}), {m});
+    return b.Op1("stablehlo.complex", {re, im}, {elem, {m}});
+  }
+  return BitcastWidths(b, storage, elem);
+}
+
 }  // namespace tpu::lowering

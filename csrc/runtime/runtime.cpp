@@ -284,6 +284,17 @@ uintptr_t Runtime::Register(TpuStorage* s) {
   return address;
 }
 
+TpuStorage* Runtime::LookupContaining(uintptr_t address, int64_t* byte_offset) {
+  std::lock_guard<std::mutex> lock(address_mu_);
+  auto it = storages_.upper_bound(address);
+  if (it == storages_.begin()) return nullptr;
+  --it;
+  uintptr_t offset = address - it->first;
+  if (offset > it->second->nbytes) return nullptr;
+  *byte_offset = static_cast<int64_t>(offset);
+  return it->second;
+}
+
 void Runtime::Unregister(uintptr_t address) {
   std::lock_guard<std::mutex> lock(address_mu_);
   storages_.erase(address);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +90,9 @@ class Runtime {
   uintptr_t Register(TpuStorage* s);
   void Unregister(uintptr_t address);
   TpuStorage* Lookup(uintptr_t address);
+  // The storage whose bytes hold `address` (a pointer into one: an untyped_storage()[a:b]
+  // slice, from_blob over tpu memory), and the address's byte offset in it; null when none.
+  TpuStorage* LookupContaining(uintptr_t address, int64_t* byte_offset);
   void ForEachStorage(const std::function<void(TpuStorage*)>& fn);
 
  private:
@@ -108,7 +112,7 @@ class Runtime {
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
   std::mutex address_mu_;
   uintptr_t next_address_ = uintptr_t{1} << 44;
-  std::unordered_map<uintptr_t, TpuStorage*> storages_;
+  std::map<uintptr_t, TpuStorage*> storages_;  // ordered: LookupContaining finds the one below
   std::mutex in_flight_mu_;
   std::vector<std::deque<pjrt::EventPtr>> in_flight_;  // per device, oldest first
 };
