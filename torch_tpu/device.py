@@ -1,6 +1,7 @@
 """torch.tpu: the device module, mirroring torch.cuda where it makes sense."""
 import contextlib
 import os
+import sys
 import threading
 from collections import namedtuple
 
@@ -59,18 +60,19 @@ _noticed = False
 
 
 def _notice_platform():
+    """Says once per process which PJRT platform runs the device when it is not a TPU.
+
+    A notice, not a warning: written to stderr as one line, without the source location a
+    warning would point at (which read like an error)."""
     global _noticed
     if _noticed or os.environ.get("TORCH_TPU_QUIET"):
         return
     _noticed = True
-    import warnings
-
     name = get_device_name()
     if name != "tpu":
-        warnings.warn(
-            f"torch_tpu: the 'tpu' device runs on the PJRT {name} platform "
-            f"({_C._plugin_path()}), not on a TPU",
-            stacklevel=3,
+        sys.stderr.write(
+            f"torch_tpu: note: the 'tpu' device runs on the PJRT {name} platform, not on a TPU "
+            f"(plugin {_C._plugin_path()}; TORCH_TPU_QUIET=1 hides this note)\n"
         )
 
 

@@ -467,7 +467,22 @@ void BoxedFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
                               " has no native tpu kernel (a CPU fallback cannot alias device memory)");
   CheckSameDevice(op, *stack);
   SubstituteGenerators(op, stack);
-  CpuFallback(op, stack);
+  // An op with only accelerator kernels (the cuDNN family) would fail in the CPU dispatcher
+  // with its whole kernel listing: say in one line what is missing instead.
+  const auto no_kernel = [&] {
+    return c10::NotImplementedError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                                    "tpu: " + c10::toString(op.operator_name()) +
+                                        " has neither a tpu lowering nor a CPU kernel to fall back to");
+  };
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) throw no_kernel();
+  try {
+    CpuFallback(op, stack);
+  } catch (const c10::NotImplementedError& e) {
+    // The dispatcher's "Could not run 'op' with arguments from the 'CPU' backend" (a kernel
+    // the CPU one calls is missing); the CPU kernel's own NotImplementedErrors pass through.
+    if (std::string(e.what_without_backtrace()).rfind("Could not run '", 0) == 0) throw no_kernel();
+    throw;
+  }
 }
 
 // native_dropout from native ops (the CPU kernel's formula), so dropout runs on the device

@@ -1,0 +1,68 @@
+"""What the backend says when it cannot do something, and what it says once at start-up:
+sparse layouts are refused with one error naming the layout, an op with neither a tpu lowering
+nor a CPU kernel fails in one short line, and the platform notice is one informational line.
+"""
+import pytest
+import torch
+
+from conftest import run_python
+
+TPU = "tpu"
+
+
+def _short(message):
+    return len(str(message).splitlines()) <= 2 and "Could not run" not in str(message)
+
+
+def test_to_sparse_refused_with_the_layout():
+    x = torch.tensor([[0.0, 1.0], [2.0, 0.0]], device=TPU)
+    with pytest.raises(NotImplementedError, match=r"sparse tensors \(layout torch.sparse_coo\) are not supported") as e:
+        x.to_sparse()
+    assert _short(e.value)
+
+
+def test_sparse_coo_creation_refused():
+    indices, values = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
+    with pytest.raises(NotImplementedError, match=r"layout torch.sparse_coo") as e:
+        torch.sparse_coo_tensor(indices, values, (2, 2), device=TPU)
+    assert _short(e.value)
+    with pytest.raises(NotImplementedError, match=r"layout torch.sparse_coo"):
+        torch.sparse_coo_tensor(indices, values, (2, 2)).to(TPU)
+    # The CPU sparse tensor stays usable; its dense form moves to the device.
+    s = torch.sparse_coo_tensor(indices, values, (2, 2))
+    assert torch.equal(s.to_dense().to(TPU).cpu(), s.to_dense())
+
+
+def test_compressed_layouts_refused_at_first_use():
+    csr = torch.tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse_csr()
+    for layout, t in (("sparse_csr", csr), ("sparse_csc", csr.to_dense().to_sparse_csc())):
+        with pytest.raises(NotImplementedError, match=rf"layout torch.{layout}\) are not supported") as e:
+            on_tpu = t.to(TPU)
+            on_tpu @ torch.randn(2, 2, device=TPU)
+        assert _short(e.value)
+
+
+def test_op_without_lowering_or_cpu_kernel_fails_in_one_line():
+    x, grid = torch.randn(1, 1, 3, 3, device=TPU), torch.zeros(1, 2, 2, 2, device=TPU)
+    with pytest.raises(NotImplementedError) as e:
+        torch.ops.aten.cudnn_grid_sampler(x, grid)
+    assert "aten::cudnn_grid_sampler has neither a tpu lowering nor a CPU kernel" in str(e.value)
+    assert _short(e.value)
+
+
+def test_platform_notice_is_one_informational_line():
+    code = (
+        "import threading, torch, torch_tpu\n"
+        "torch.ones(2, device='tpu').cpu()\n"
+        "t = threading.Thread(target=lambda: torch.ones(2, device='tpu:1').cpu()); t.start(); t.join()\n"
+        "torch.tpu.get_device_name(); print(torch.tpu.get_device_properties(0).plugin_path)\n"
+    )
+    r = run_python(code, env={"TORCH_TPU_QUIET": ""})
+    assert r.returncode == 0, r.stderr
+    plugin = r.stdout.strip().splitlines()[-1]
+    lines = [line for line in r.stderr.splitlines() if "torch_tpu" in line]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("torch_tpu: note:") and "PJRT cpu platform" in lines[0] and plugin in lines[0]
+    assert "Warning" not in r.stderr and ".py:" not in r.stderr
+    quiet = run_python(code, env={"TORCH_TPU_QUIET": "1"})
+    assert "torch_tpu: note" not in quiet.stderr
