@@ -8,6 +8,17 @@
 // - Some backward ops have no Meta kernel in PyTorch (fractional_max_pool3d_backward, unlike its
 //   2-d twin; the margin and CTC losses'), which the generic kernel needs for the result type:
 //   each gradient has the geometry of the forward's input.
+// - nn.LSTM / nn.GRU and their cells call _thnn_fused_lstm_cell / _thnn_fused_gru_cell and
+//   their backward ops on every non-CPU device (lowered in csrc/lowering/rnn.cpp). The generic
+//   kernel infers output types through Meta: PyTorch has none for the GRU ops (added here), and
+//   its LSTM one fails without biases (nn.LSTM(bias=False)), so on tpu that op calls
+//   torch_tpu::_lstm_cell, the same op under a Meta kernel that accepts them.
+// - The transformer fast paths (csrc/lowering/transformer.cpp): _masked_softmax has no Meta
+//   kernel; _native_multi_head_attention returns undefined weights when need_weights is false,
+//   which a program cannot, so it calls torch_tpu::_native_multi_head_attention and drops them.
+//   Nested tensors do not exist on tpu: nn.TransformerEncoder asks whether its padding mask is
+//   left-aligned before converting to one, and hears no, so it takes the dense fast path with
+//   the mask (the same values at every unpadded position; padded ones are not zeroed).
 #include <ATen/ATen.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -58,6 +69,98 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
   return {out, lse, Tensor(), Tensor(), c10::SymInt(query.size(-2)), c10::SymInt(key.size(-2)), seed, offset, Tensor()};
 }
 
+// Shapes as CUDA's kernels: hy like hx, workspace [B, 5H] (r, z, n, hx, hn).
+std::tuple<Tensor, Tensor> GruCellMeta(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& hx,
+                                       const std::optional<Tensor>& input_bias,
+                                       const std::optional<Tensor>& hidden_bias) {
+  int64_t h = hx.size(-1);
+  TORCH_CHECK(input_gates.dim() == 2 && hx.dim() == 2 && input_gates.sizes() == hidden_gates.sizes() &&
+                  input_gates.size(1) == 3 * h && input_gates.size(0) == hx.size(0),
+              "_thnn_fused_gru_cell: expected gates [B, 3H] and hx [B, H], got ", input_gates.sizes(), ", ",
+              hidden_gates.sizes(), " and ", hx.sizes());
+  for (const auto* bias : {&input_bias, &hidden_bias})
+    TORCH_CHECK(!bias->has_value() || !(*bias)->defined() || (*bias)->sizes() == at::IntArrayRef{3 * h},
+                "_thnn_fused_gru_cell: expected biases of size [", 3 * h, "]");
+  return {at::empty_like(hx, at::MemoryFormat::Contiguous),
+          at::empty({hx.size(0), 5 * h}, input_gates.options())};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> GruCellBackwardMeta(const Tensor& grad_hy, const Tensor& workspace,
+                                                                       bool has_bias) {
+  int64_t b = workspace.size(0), h = workspace.size(1) / 5;
+  auto gates = at::empty({b, 3 * h}, workspace.options());
+  auto bias = has_bias ? at::empty({3 * h}, workspace.options()) : Tensor();
+  return {gates, at::empty_like(gates), at::empty({b, h}, workspace.options()), bias,
+          has_bias ? at::empty_like(bias) : Tensor()};
+}
+
+std::tuple<Tensor, Tensor, Tensor> LstmCellMeta(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
+                                                const std::optional<Tensor>& input_bias,
+                                                const std::optional<Tensor>& hidden_bias) {
+  int64_t h = cx.size(-1);
+  TORCH_CHECK(input_gates.dim() == 2 && cx.dim() == 2 && input_gates.sizes() == hidden_gates.sizes() &&
+                  input_gates.size(1) == 4 * h && input_gates.size(0) == cx.size(0),
+              "_thnn_fused_lstm_cell: expected gates [B, 4H] and cx [B, H], got ", input_gates.sizes(), ", ",
+              hidden_gates.sizes(), " and ", cx.sizes());
+  for (const auto* bias : {&input_bias, &hidden_bias})
+    TORCH_CHECK(!bias->has_value() || !(*bias)->defined() || (*bias)->sizes() == at::IntArrayRef{4 * h},
+                "_thnn_fused_lstm_cell: expected biases of size [", 4 * h, "]");
+  return {at::empty_like(cx, at::MemoryFormat::Contiguous), at::empty_like(cx, at::MemoryFormat::Contiguous),
+          at::empty_like(input_gates, at::MemoryFormat::Contiguous)};
+}
+
+std::tuple<Tensor, Tensor, Tensor> LstmCell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
+                                            const std::optional<Tensor>& input_bias,
+                                            const std::optional<Tensor>& hidden_bias) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torch_tpu::_lstm_cell", "")
+                       .typed<std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                                                 const std::optional<Tensor>&,
+                                                                 const std::optional<Tensor>&)>();
+  return op.call(input_gates, hidden_gates, cx, input_bias, hidden_bias);
+}
+
+std::tuple<Tensor, Tensor> MultiHeadAttentionMeta(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                  int64_t embed_dim, int64_t num_head, const Tensor& qkv_weight,
+                                                  const Tensor& qkv_bias, const Tensor& proj_weight,
+                                                  const Tensor& proj_bias, const std::optional<Tensor>& mask,
+                                                  bool need_weights, bool average_attn_weights,
+                                                  std::optional<int64_t> mask_type) {
+  TORCH_CHECK(query.dim() == 3 && query.sizes() == key.sizes() && key.sizes() == value.sizes(),
+              "expected `query`/`key`/`value` shapes to match");
+  TORCH_CHECK(embed_dim % num_head == 0, "`embed_dim` must divide evenly by `num_heads`");
+  int64_t b = query.size(0), t = query.size(1);
+  auto out = at::empty({b, t, proj_weight.size(0)}, query.options());
+  if (!need_weights) return {out, at::empty({0}, query.options())};
+  if (average_attn_weights) return {out, at::empty({b, t, t}, query.options())};
+  return {out, at::empty({b, num_head, t, t}, query.options())};
+}
+
+std::tuple<Tensor, Tensor> MultiHeadAttention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                              int64_t embed_dim, int64_t num_head, const Tensor& qkv_weight,
+                                              const Tensor& qkv_bias, const Tensor& proj_weight,
+                                              const Tensor& proj_bias, const std::optional<Tensor>& mask,
+                                              bool need_weights, bool average_attn_weights,
+                                              std::optional<int64_t> mask_type) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torch_tpu::_native_multi_head_attention", "")
+                       .typed<std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t,
+                                                         const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                         const std::optional<Tensor>&, bool, bool,
+                                                         std::optional<int64_t>)>();
+  auto [out, weights] = op.call(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                mask, need_weights, average_attn_weights, mask_type);
+  return {out, need_weights ? weights : Tensor()};
+}
+
+bool NestedFromMaskLeftAligned(const Tensor&, const Tensor&) { return false; }
+
+Tensor MaskedSoftmaxMeta(const Tensor& input, const Tensor& mask, std::optional<int64_t> dim,
+                         std::optional<int64_t> mask_type) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "Mask should be a boolean tensor");
+  return at::empty_like(input, at::MemoryFormat::Contiguous);
+}
+
 Tensor RmsNorm(const Tensor& input, c10::SymIntArrayRef normalized_shape, const std::optional<Tensor>& weight,
                std::optional<double> eps) {
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
@@ -79,18 +182,35 @@ TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
   // hold the Philox state it used.
   m.def("_sdpa_forward(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, float dropout_p, bool is_causal, "
         "bool return_debug_mask, *, float? scale=None, Generator? generator=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  // aten::_thnn_fused_lstm_cell under a Meta kernel that accepts a cell without biases.
+  m.def("_lstm_cell(Tensor input_gates, Tensor hidden_gates, Tensor cx, Tensor? input_bias=None, "
+        "Tensor? hidden_bias=None) -> (Tensor, Tensor, Tensor)");
+  // aten::_native_multi_head_attention with empty weights where need_weights is false.
+  m.def("_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, "
+        "Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, "
+        "bool need_weights=True, bool average_attn_weights=True, int? mask_type=None) -> (Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) { m.impl("_sdpa_forward", SdpaForwardMeta); }
+TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) {
+  m.impl("_sdpa_forward", SdpaForwardMeta);
+  m.impl("_lstm_cell", LstmCellMeta);
+  m.impl("_native_multi_head_attention", MultiHeadAttentionMeta);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sdp_choice", FusedSdpChoice);
   m.impl("_scaled_dot_product_fused_attention_overrideable", SdpaOverrideable);
+  m.impl("_thnn_fused_lstm_cell", LstmCell);
+  m.impl("_native_multi_head_attention", MultiHeadAttention);
+  m.impl("_nested_tensor_from_mask_left_aligned", NestedFromMaskLeftAligned);
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", RmsNorm); }
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("_masked_softmax", MaskedSoftmaxMeta);
+  m.impl("_thnn_fused_gru_cell", GruCellMeta);
+  m.impl("_thnn_fused_gru_cell_backward", GruCellBackwardMeta);
   m.impl("_ctc_loss_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
   m.impl("fractional_max_pool3d_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
   m.impl("multi_margin_loss_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());
