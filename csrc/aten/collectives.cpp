@@ -21,8 +21,15 @@ using Op = c10::intrusive_ptr<ReduceOp>;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using TensorVec = std::vector<at::Tensor>;
 
+bool HasCpuBackend(const Group& group) {
+  // getDeviceTypes rather than hasBackendForDeviceType, which torch 2.11 lacks.
+  for (const c10::Device& d : group->getDeviceTypes())
+    if (d.type() == c10::DeviceType::CPU) return true;
+  return false;
+}
+
 c10::intrusive_ptr<c10d::Backend> Host(const Group& group) {
-  TORCH_CHECK(group->hasBackendForDeviceType(c10::DeviceType::CPU),
+  TORCH_CHECK(HasCpuBackend(group),
               "torch.distributed on tpu runs collectives through the group's CPU backend; create the group with "
               "a backend that has one (init_process_group(\"gloo\"))");
   return group->getBackend(c10::DeviceType::CPU);
