@@ -21,6 +21,7 @@ def same(fn, *args):
     actual = fn(*[a.to(TPU) if isinstance(a, torch.Tensor) else a for a in args])
     exp = expected if isinstance(expected, (tuple, list)) else (expected,)
     act = actual if isinstance(actual, (tuple, list)) else (actual,)
+    assert len(act) == len(exp), f"{len(act)} results on tpu, {len(exp)} on the CPU"
     for a, e in zip(act, exp):
         assert a.device.type == TPU
         torch.testing.assert_close(a.cpu(), e, equal_nan=True)

@@ -71,8 +71,14 @@ def check(fn, *args, grad=False, dtype=F32, allow=(), **tol):
     expected = fn(*cpu_args)
     with native(allow):
         actual = fn(*tpu_args)
-        for e, a in zip(_flat(expected), _flat(actual)):
+        exp, act = _flat(expected), _flat(actual)
+        assert len(act) == len(exp), f"{len(act)} results on tpu, {len(exp)} on the CPU"
+        for e, a in zip(exp, act):
             assert a.device.type == TPU
+            # The float32 reference of a bfloat16 run stands for a bfloat16 result; any other
+            # dtype (indices, masks, an op that promotes) must be the CPU's.
+            want = dtype if e.dtype == ref_dtype != dtype else e.dtype
+            assert a.dtype == want, f"result dtype {a.dtype}, expected {want}"
             assert_close(a.cpu().to(e.dtype), e, equal_nan=True, **tol)
         if grad:
             out_cpu, out_tpu = _flat(expected)[0], _flat(actual)[0]

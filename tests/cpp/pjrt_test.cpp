@@ -92,11 +92,22 @@ TEST(PjrtClient, DeviceCountOptionIsPassed) {
   EXPECT_EQ(one.devices().size(), 1u);
 }
 
-TEST(PjrtClient, MemoryStatsDoesNotThrow) {
-  pjrt::DeviceMemoryStats stats;
-  if (TestClient().MemoryStats(0, &stats)) {
-    EXPECT_GE(stats.bytes_in_use, 0);
+TEST(PjrtClient, MemoryStatsCountBuffersOrSayUnsupported) {
+  pjrt::DeviceMemoryStats before{-7, -7, -7};
+  if (!TestClient().MemoryStats(0, &before)) {
+    // The CPU plugin has no memory statistics: "unsupported", and nothing is written.
+    EXPECT_EQ(TestClient().platform_name(), "cpu");
+    EXPECT_EQ(before.bytes_in_use, -7);
+    EXPECT_EQ(before.peak_bytes_in_use, -7);
+    EXPECT_EQ(before.bytes_limit, -7);
+    return;
   }
+  std::vector<float> data(1 << 18, 1.0f);  // 1 MiB
+  auto buffer = TestClient().FromHost(data.data(), PJRT_Buffer_Type_F32, {1 << 18}, 0);
+  pjrt::DeviceMemoryStats after;
+  ASSERT_TRUE(TestClient().MemoryStats(0, &after));
+  EXPECT_GE(after.bytes_in_use, before.bytes_in_use + (1 << 20));
+  if (after.peak_bytes_in_use >= 0) EXPECT_GE(after.peak_bytes_in_use, after.bytes_in_use);
 }
 
 // Writes `bytes` of `type` to device 1, checks the buffer's metadata, reads it back.
