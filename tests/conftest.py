@@ -64,3 +64,9 @@ def run_python(code, env=None, timeout=120):
 @pytest.fixture
 def tpu():
     return torch.device("tpu:0")
+
+
+def pytest_terminal_summary(terminalreporter):
+    opinfo = sys.modules.get("test_opinfo")  # which part of the OpInfo database this run checked
+    if opinfo is not None:
+        terminalreporter.write_line(f"{opinfo.PART_LINE}: {len(opinfo.ENTRIES)} entries")
