@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../lowering/lowering.h"
+#include "../runtime/program.h"
 #include "../runtime/runtime.h"
 
 namespace tpu::aten {
@@ -47,16 +48,6 @@ std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>
 // Uploads raw host bytes as the whole storage of `dst` (a tpu tensor covering its storage).
 void UploadWholeStorage(runtime::TpuStorage* storage, const void* data, shlo::ElemType elem);
 
-// FNV-1a over a program signature (the keys of the per-op, fused and compiled caches).
-struct KeyHash {
-  size_t operator()(const std::vector<int64_t>& v) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : v) {
-      h ^= static_cast<uint64_t>(x);
-      h *= 1099511628211ull;
-    }
-    return h;
-  }
-};
+using runtime::KeyHash;  // FNV-1a over a program signature
 
 }  // namespace tpu::aten

@@ -7,7 +7,7 @@
 #include <torch/library.h>
 
 #include "common.h"
-#include "op_kernel.h"
+#include "dispatch.h"
 
 namespace tpu::aten {
 namespace {

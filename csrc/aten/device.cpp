@@ -14,7 +14,7 @@
 #include <unordered_set>
 
 #include "common.h"
-#include "op_kernel.h"
+#include "dispatch.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -57,13 +57,14 @@ class TpuAllocator final : public c10::DeviceAllocator {
       for (auto* s : {&st.allocation[0], &st.segment[0], &st.active[0]}) s->increase(1);
       st.num_device_alloc++;
     }
-    auto* storage = new TpuStorage();
+    auto storage = std::make_shared<TpuStorage>();
     storage->device = device;
     storage->nbytes = nbytes;
-    storage->address = rt.Register(storage);
     static std::atomic<uint64_t> next_uid{1};
     storage->uid = next_uid++;
-    return {reinterpret_cast<void*>(storage->address), storage, &Delete,
+    TpuStorage* context = storage.get();
+    context->address = rt.Register(std::move(storage));  // the registry owns it until Delete
+    return {reinterpret_cast<void*>(context->address), context, &Delete,
             c10::Device(kTpu, static_cast<c10::DeviceIndex>(device))};
   }
 
@@ -117,7 +118,6 @@ class TpuAllocator final : public c10::DeviceAllocator {
     auto* storage = static_cast<TpuStorage*>(ctx);
     Instance().Release(storage);
     Runtime::Get().Unregister(storage->address);
-    delete storage;
   }
   void Release(TpuStorage* storage) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common.h"
-#include "op_kernel.h"
+#include "dispatch.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -130,6 +130,8 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
 }
 
 void RethrowAsTorchError(const std::exception& e, const std::string& what) {
+  // A failed device-side assert raises its own message, as a CUDA device assert would.
+  if (dynamic_cast<const runtime::DeviceAssertFailed*>(&e)) TORCH_CHECK_INDEX(false, e.what());
   if (auto* pe = dynamic_cast<const pjrt::Error*>(&e)) {
     TORCH_CHECK_WITH(OutOfMemoryError, !pe->out_of_memory(), "tpu: out of memory in ", what, ": ", e.what());
   }

@@ -6,7 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "common.h"
-#include "op_kernel.h"
+#include "dispatch.h"
 #include "../lowering/lowering.h"
 #include "../runtime/disk_cache.h"
 #include "../runtime/metrics.h"
@@ -14,7 +14,7 @@
 namespace py = pybind11;
 
 namespace tpu::aten {
-void RegisterGraphBindings(py::module_& m);  // graph.cpp: torch.compile programs
+void RegisterGraphBindings(py::module_& m);  // compiled_graph.cpp: torch.compile programs
 }
 
 namespace tpu::aten {

@@ -9,6 +9,7 @@
 #include "../lowering/lowering.h"
 #include "compile_notice.h"
 #include "disk_cache.h"
+#include "executor.h"
 #include "metrics.h"
 
 namespace tpu::runtime {
@@ -45,17 +46,8 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t) {
   return PJRT_Buffer_Type_INVALID;
 }
 
-namespace {
-void (*g_flush_hook)(const char*) = nullptr;
-}  // namespace
-
-void SetFlushHook(void (*hook)(const char* cause)) { g_flush_hook = hook; }
-void FlushPending(const char* cause) {
-  if (g_flush_hook) g_flush_hook(cause);
-}
-
 pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
-  if (pending) FlushPending("read of a pending value");
+  if (pending) Executor::Get().Flush("read of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   if (!error.empty()) throw std::runtime_error(error);
   if (buffer) return buffer;
@@ -67,7 +59,7 @@ pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
 
 void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e) {
   // The open graph would later overwrite this value with a stale one: run it first.
-  if (pending) FlushPending("overwrite of a pending value");
+  if (pending) Executor::Get().Flush("overwrite of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
@@ -89,7 +81,7 @@ void TpuStorage::MarkFailed(const std::string& message) {
 }
 
 void TpuStorage::ReadBytes(void* dst) const {
-  if (pending) FlushPending("device to host");
+  if (pending) Executor::Get().Flush("device to host");
   pjrt::BufferPtr b;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));
@@ -275,12 +267,12 @@ size_t Runtime::compiled_programs() const {
   return executables_.size();
 }
 
-uintptr_t Runtime::Register(TpuStorage* s) {
+uintptr_t Runtime::Register(std::shared_ptr<TpuStorage> s) {
   std::lock_guard<std::mutex> lock(address_mu_);
   uintptr_t address = next_address_;
   // Keep addresses distinct and 64-byte aligned even for empty storages.
   next_address_ += ((s->nbytes + 63) / 64 + 1) * 64;
-  storages_[address] = s;
+  storages_[address] = std::move(s);
   return address;
 }
 
@@ -292,18 +284,22 @@ TpuStorage* Runtime::LookupContaining(uintptr_t address, int64_t* byte_offset) {
   uintptr_t offset = address - it->first;
   if (offset > it->second->nbytes) return nullptr;
   *byte_offset = static_cast<int64_t>(offset);
-  return it->second;
+  return it->second.get();
 }
 
 void Runtime::Unregister(uintptr_t address) {
+  std::shared_ptr<TpuStorage> dropped;  // destroyed outside the lock
   std::lock_guard<std::mutex> lock(address_mu_);
-  storages_.erase(address);
+  auto it = storages_.find(address);
+  if (it == storages_.end()) return;
+  dropped = std::move(it->second);
+  storages_.erase(it);
 }
 
 TpuStorage* Runtime::Lookup(uintptr_t address) {
   std::lock_guard<std::mutex> lock(address_mu_);
   auto it = storages_.find(address);
-  return it == storages_.end() ? nullptr : it->second;
+  return it == storages_.end() ? nullptr : it->second.get();
 }
 
 std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int device,
@@ -343,7 +339,7 @@ int Runtime::ExecutionsInFlight(int device) {
 
 void Runtime::ForEachStorage(const std::function<void(TpuStorage*)>& fn) {
   std::lock_guard<std::mutex> lock(address_mu_);
-  for (auto& [address, storage] : storages_) fn(storage);
+  for (auto& [address, storage] : storages_) fn(storage.get());
 }
 
 void ForEachStorage(const std::function<void(TpuStorage*)>& fn) { Runtime::Get().ForEachStorage(fn); }

@@ -22,7 +22,7 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t);
 // The memory behind one PyTorch storage: a 1-D device array holding its bytes as elements
 // of `elem`. `buffer` is null until first written (reads then see zeros). Swapping the
 // buffer is how writes land: every tensor viewing this storage sees the new value.
-struct TpuStorage {
+struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   uint64_t uid = 0;       // never reused, unlike addresses: identifies the storage in fused graphs
   bool pending = false;   // its value is being computed by the open fused graph (not yet run)
   int device = 0;
@@ -86,8 +86,10 @@ class Runtime {
   // Executions started on `device` that have not finished yet.
   int ExecutionsInFlight(int device);
 
-  // Address registry: PyTorch hands us data pointers (e.g. Allocator::copy_data).
-  uintptr_t Register(TpuStorage* s);
+  // Address registry: PyTorch hands us data pointers (e.g. Allocator::copy_data). The
+  // registry owns each storage until Unregister (its PyTorch storage died); the fused graph
+  // holds weak references to the storages it will write.
+  uintptr_t Register(std::shared_ptr<TpuStorage> s);
   void Unregister(uintptr_t address);
   TpuStorage* Lookup(uintptr_t address);
   // The storage whose bytes hold `address` (a pointer into one: an untyped_storage()[a:b]
@@ -112,15 +114,10 @@ class Runtime {
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
   std::mutex address_mu_;
   uintptr_t next_address_ = uintptr_t{1} << 44;
-  std::map<uintptr_t, TpuStorage*> storages_;  // ordered: LookupContaining finds the one below
+  std::map<uintptr_t, std::shared_ptr<TpuStorage>> storages_;  // ordered: LookupContaining finds the one below
   std::mutex in_flight_mu_;
   std::vector<std::deque<pjrt::EventPtr>> in_flight_;  // per device, oldest first
 };
-
-// Called before a pending storage is read or overwritten from outside the fused graph: runs
-// the open graph (set by csrc/aten, which owns the eager modes).
-void SetFlushHook(void (*hook)(const char* cause));
-void FlushPending(const char* cause);
 
 // Calls `fn` on every live storage (while holding the registry lock).
 void ForEachStorage(const std::function<void(TpuStorage*)>& fn);

@@ -1,14 +1,18 @@
+// What the rest of csrc/aten and the Python module call to reach execution: eager modes,
+// synchronisation points, registration of the lowered ops, the CPU fallback.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include "../runtime/executor.h"
+
 namespace tpu::aten {
 
-// DESIGN.md "One op, three ways to run it": debug waits after every op; strict (the default)
-// runs one program per op asynchronously; fused records ops and runs them as one program at
-// a sync point.
-enum class EagerMode { kDebug = 0, kStrict = 1, kFused = 2 };
+// DESIGN.md "One op, three ways to run it": debug waits after every op; strict runs one
+// program per op asynchronously; fused (the default) records ops and runs them as one
+// program at a sync point. The Executor (csrc/runtime) implements the modes.
+using EagerMode = runtime::Mode;
 void SetEagerMode(EagerMode mode);
 EagerMode GetEagerMode();
 // A synchronisation point: runs the open fused graph and raises deferred device-side asserts.

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "common.h"
-#include "../runtime/metrics.h"
+#include "operands.h"
+#include "../runtime/executor.h"
 
 namespace py = pybind11;
 
@@ -21,6 +21,8 @@ namespace tpu::aten {
 namespace {
 
 using lowering::Arg;
+using runtime::Executor;
+using runtime::ParamSource;
 using runtime::Runtime;
 using runtime::TpuStorage;
 
@@ -212,32 +214,16 @@ class Graph {
     }
     if (device < 0) device = CurrentDevice();
 
+    // Operands: the inputs as slots (a value the open fused graph computes is needed now).
+    Operands ops;
     std::vector<int64_t> key;
-    std::vector<TpuStorage*> storages;
+    std::vector<TpuStorage*> seen;
     key.reserve(n * 8);
     for (const at::Tensor& t : tensors) {
-      if (!t.device().is_privateuseone()) {
-        storages.push_back(nullptr);
-        key.push_back(-2);
-        key.push_back(static_cast<int64_t>(t.scalar_type()));
-        continue;
-      }
-      TpuStorage* s = StorageOf(t);
-      // A value the open fused graph (eager "fused" mode) computes is needed now.
-      if (s->pending) runtime::FlushPending("compiled graph input");
-      int64_t alias = -1;
-      for (size_t j = 0; j < storages.size(); ++j)
-        if (storages[j] == s) alias = static_cast<int64_t>(j);
-      storages.push_back(s);
-      key.push_back(alias);
-      key.push_back(static_cast<int64_t>(t.scalar_type()));
-      for (int64_t d : t.sizes()) key.push_back(d);
-      for (int64_t d : t.strides()) key.push_back(d);
-      key.push_back(StorageOffsetOf(t));
-      key.push_back(static_cast<int64_t>(s->nbytes));
-      key.push_back(s->buffer ? static_cast<int64_t>(s->elem) : -1);
+      if (t.device().is_privateuseone() && StorageOf(t)->pending) Executor::Get().Flush("compiled graph input");
+      AddTensor(ops, key, t, seen);
     }
-    std::shared_ptr<Program> program;
+    std::shared_ptr<GraphProgram> program;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = programs_.find(key);
@@ -245,53 +231,24 @@ class Graph {
     }
     if (!program) {
       py::gil_scoped_release release;  // lowering and compiling take no Python objects
-      program = Build(tensors, storages);
+      program = Build(ops);
       std::lock_guard<std::mutex> lock(mu_);
       programs_[key] = program;
     }
+    ops.generators.resize(program->num_rng);  // the default generator's, drawn at each run
 
-    Runtime& rt = Runtime::Get();
-    std::vector<pjrt::BufferPtr> keep;
-    std::vector<PJRT_Buffer*> raw;
-    size_t rng_index = 0;
-    for (size_t p = 0; p < program->params.size(); ++p) {
-      size_t input = program->params[p];
-      if (input == kRngParam) {
-        auto [seed, offset] = NextPhiloxState(std::nullopt, device, program->rng_increments[rng_index++]);
-        uint64_t state[2] = {seed, offset};
-        keep.push_back(rt.client().FromHost(state, PJRT_Buffer_Type_U64, {2}, device));
-      } else if (storages[input]) {
-        keep.push_back(storages[input]->Materialize(program->param_elems[p]));
-      } else {  // a 0-d CPU tensor
-        at::Tensor v = tensors[input].to(ToScalarType(program->param_elems[p])).contiguous();
-        keep.push_back(rt.client().FromHost(v.data_ptr(), runtime::ToPjrt(program->param_elems[p]), {}, device));
-      }
-      raw.push_back(keep.back()->raw());
-    }
-    std::vector<pjrt::BufferPtr> outs;
+    std::vector<at::Tensor> fresh = NewTensors(program->new_tensors, device);
     try {
+      runtime::Request request = MakeRequest(program->program, ops, device, fresh);
       py::gil_scoped_release release;  // a plugin may run the program on this thread
-      outs = rt.Execute(*program->exe, device, raw);
+      Executor::Get().Run(request);
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {
       RethrowAsTorchError(e, "compiled graph " + name_);
     }
-    runtime::GetMetrics().executions++;
     g_graph_runs++;
 
-    std::vector<py::object> fresh;
-    c10::DeviceGuard guard(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
-    for (size_t k = 0; k < new_values_.size(); ++k) {
-      const GType& t = value_types_[new_values_[k]];
-      at::Tensor out = at::empty_strided(t.sizes, program->out_strides[k],
-                                         at::TensorOptions().dtype(t.dtype).device(kTpu, device));
-      StorageOf(out)->Assign(outs[k], ToElemType(t.dtype));
-      fresh.push_back(py::cast(out));
-    }
-    for (size_t w = 0; w < program->writes.size(); ++w) {
-      storages[program->writes[w]]->Assign(outs[new_values_.size() + w], program->write_elems[w]);
-    }
     py::list result;
     for (const GOutput& o : outputs_) {
       if (o.kind == GOutput::None) {
@@ -300,7 +257,7 @@ class Graph {
         result.append(args[o.index]);
       } else {
         for (size_t k = 0; k < new_values_.size(); ++k)
-          if (new_values_[k] == o.index) result.append(fresh[k]);
+          if (new_values_[k] == o.index) result.append(py::cast(fresh[k]));
       }
     }
     return result;
@@ -317,17 +274,12 @@ class Graph {
   }
 
  private:
-  struct Program {
-    pjrt::ExecutablePtr exe;
-    std::vector<size_t> params;  // input whose storage buffer is each parameter, or kRngParam
-    std::vector<shlo::ElemType> param_elems;
-    std::vector<int64_t> rng_increments;  // of each kRngParam, in order
-    std::vector<std::vector<int64_t>> out_strides;  // of each new value
-    std::vector<size_t> writes;  // input whose storage receives each trailing output
-    std::vector<shlo::ElemType> write_elems;
+  // The graph's program for one set of input geometries; operand slots are the inputs.
+  struct GraphProgram {
+    std::shared_ptr<runtime::Program> program;
+    std::vector<NewTensor> new_tensors;  // one per new value
+    size_t num_rng = 0;                  // Rng parameters (generator slots)
   };
-
-  static constexpr size_t kRngParam = static_cast<size_t>(-1);
 
   // PyTorch's result_type over a node's tensor operands and Scalars (as eager computes it).
   at::ScalarType Common(const GNode& node) const {
@@ -424,19 +376,6 @@ class Graph {
     }
   }
 
-  static bool IsDense(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-    if (strides.size() != sizes.size()) return false;
-    std::vector<size_t> perm(sizes.size());
-    for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
-    std::stable_sort(perm.begin(), perm.end(), [&](size_t a, size_t c) { return strides[a] > strides[c]; });
-    int64_t expected = 1;
-    for (auto it = perm.rbegin(); it != perm.rend(); ++it) {
-      if (sizes[*it] != 1 && strides[*it] != expected) return false;
-      expected *= sizes[*it];
-    }
-    return true;
-  }
-
   // After a failed compile: compiles node after node alone to name the first one the plugin
   // rejects (within a time budget; this runs only on the error path).
   std::string LocateCompileFailure() const {
@@ -469,29 +408,30 @@ class Graph {
     return "";
   }
 
-  std::shared_ptr<Program> Build(const std::vector<at::Tensor>& tensors, const std::vector<TpuStorage*>& storages) {
-    auto program = std::make_shared<Program>();
+  std::shared_ptr<GraphProgram> Build(const Operands& ops) {
+    auto gp = std::make_shared<GraphProgram>();
+    auto program = std::make_shared<runtime::Program>();
+    gp->program = program;
+    program->name = "compiled graph " + name_;
     shlo::Builder b;
     std::vector<shlo::Value> values(value_types_.size());
     std::unordered_map<TpuStorage*, shlo::Value> storage_values;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const at::Tensor& t = tensors[i];
-      TpuStorage* s = storages[i];
+    for (size_t i = 0; i < ops.slots.size(); ++i) {
+      const at::Tensor& t = ops.slots[i];
       shlo::ElemType want = ToElemType(t.scalar_type());
-      if (!s) {
-        program->params.push_back(i);
-        program->param_elems.push_back(want);
+      if (ops.slot_is_cpu_scalar[i]) {
+        program->params.push_back({ParamSource::Scalar, static_cast<int>(i), want});
         values[i] = b.Param({want, {}});
         continue;
       }
+      TpuStorage* s = StorageOf(t);
       auto it = storage_values.find(s);
       shlo::Value storage;
       if (it != storage_values.end()) {
         storage = it->second;
       } else {
         shlo::ElemType elem = s->buffer ? s->elem : want;
-        program->params.push_back(i);
-        program->param_elems.push_back(elem);
+        program->params.push_back({ParamSource::Storage, static_cast<int>(i), elem});
         storage = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
         storage_values[s] = storage;
       }
@@ -505,10 +445,9 @@ class Graph {
         size_t rng_before = rng_params.size();
         LowerNode(b, node, values, mutations, rng_params);
         for (size_t r = rng_before; r < rng_params.size(); ++r) {
-          program->params.push_back(kRngParam);
-          program->param_elems.push_back(shlo::ElemType::U64);
           // A state the node's lowering never read leaves the generator where it was.
-          program->rng_increments.push_back(b.Uses(rng_params[r].first) ? rng_params[r].second : 0);
+          int64_t increment = b.Uses(rng_params[r].first) ? rng_params[r].second : 0;
+          program->params.push_back({ParamSource::Rng, static_cast<int>(r), shlo::ElemType::U64, increment});
         }
       } catch (const lowering::Unsupported& e) {
         throw NotLowerable("node '" + node.name + "' (" + node.op + "): " + e.what());
@@ -519,23 +458,21 @@ class Graph {
         TORCH_CHECK(false, "tpu: torch.compile: lowering node '", node.name, "' (", node.op, ") failed: ", e.what());
       }
     }
+    gp->num_rng = rng_params.size();
     std::vector<shlo::Value> results;
     for (int64_t id : new_values_) {
       const GType& t = value_types_[id];
-      std::vector<int64_t> strides = t.strides;
-      if (!IsDense(t.sizes, strides)) {
-        auto contiguous = c10::contiguous_strides(t.sizes);
-        strides.assign(contiguous.begin(), contiguous.end());
-      }
+      std::vector<int64_t> strides = DenseStrides(t.sizes, t.strides);
       if (!values[id].valid()) throw NotLowerable("graph output has no value");
       results.push_back(lowering::LayOut(b, values[id], strides));
-      program->out_strides.push_back(std::move(strides));
+      gp->new_tensors.push_back({t.sizes, strides, t.dtype});
+      program->new_elems.push_back(ToElemType(t.dtype));
     }
     // Mutated inputs: write each new value into its storage (views write in place).
     std::vector<TpuStorage*> written;
     for (const auto& [input, value] : mutations) {
-      const at::Tensor& t = tensors[input];
-      TpuStorage* s = storages[input];
+      const at::Tensor& t = ops.slots[input];
+      TpuStorage* s = StorageOf(t);
       auto g = GeometryOf(t);
       shlo::Value v = value;
       shlo::Value updated;
@@ -552,28 +489,30 @@ class Graph {
       while (w < written.size() && written[w] != s) ++w;
       if (w == written.size()) {
         written.push_back(s);
-        program->writes.push_back(input);
-        program->write_elems.push_back(updated.type.elem);
+        program->writes.push_back({static_cast<int>(input), updated.type.elem});
         results.push_back(updated);
       } else {
         results[new_values_.size() + w] = updated;
-        program->write_elems[w] = updated.type.elem;
+        program->writes[w].elem = updated.type.elem;
       }
     }
-    std::string text = b.Module(results);
+    program->id = runtime::Program::NextId();
+    for (const auto& p : b.params()) program->param_types.push_back(p.type);
+    for (const auto& r : results) program->result_types.push_back(r.type);
+    program->module_text = b.Module(results);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      last_module_ = text;
+      last_module_ = program->module_text;
     }
     try {
-      program->exe = Runtime::Get().Compile(text, "compiled graph " + name_);
+      program->Compiled();
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {
       RethrowAsTorchError(e, "tpu: torch.compile: compiling graph " + name_ + LocateCompileFailure());
     }
     g_graph_programs++;
-    return program;
+    return gp;
   }
 
   std::string name_;
@@ -584,7 +523,7 @@ class Graph {
   std::vector<int64_t> new_values_;  // distinct value ids returned as new tensors
   mutable std::mutex mu_;
   std::string last_module_;  // the text of the latest program built (for debugging)
-  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Program>, KeyHash> programs_;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<GraphProgram>, KeyHash> programs_;
 };
 
 }  // namespace

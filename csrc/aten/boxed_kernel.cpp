@@ -1,0 +1,378 @@
+// The one boxed kernel every lowered op runs through (DESIGN.md "One op, three ways"):
+// signature -> cached program; on a miss, Meta inference gives output types, the op's
+// lowering builds StableHLO (op_program.cpp). The call then becomes an executor request,
+// run now or recorded into the fused graph by the runtime's Executor.
+#include <ATen/native/Resize.h>
+#include <c10/util/Exception.h>
+
+#include <sstream>
+#include <unordered_map>
+
+#include "dispatch.h"
+#include "op_program.h"
+#include "../runtime/metrics.h"
+
+namespace tpu::aten {
+
+using runtime::Executor;
+using runtime::GetMetrics;
+
+namespace {
+
+std::mutex g_cache_mu;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<OpProgram>, KeyHash> g_programs;
+
+bool CheckNans() {
+  static bool on = [] {
+    const char* env = std::getenv("TORCH_TPU_CHECK_NANS");
+    return env && *env && std::strcmp(env, "0") != 0;
+  }();
+  return on;
+}
+
+// Replaces the arguments with the results, as the schema returns them.
+void PushResults(const OpEntry& e, const OpProgram& p, torch::jit::Stack* stack, size_t first,
+                 std::vector<at::Tensor> fresh) {
+  if (e.variant == Variant::Functional) {
+    torch::jit::drop(*stack, e.num_args);
+    if (p.returns_list) {
+      stack->emplace_back(c10::List<at::Tensor>(fresh));
+    } else {
+      for (auto& t : fresh) stack->emplace_back(std::move(t));
+    }
+  } else if (e.variant == Variant::Inplace) {
+    c10::IValue self = (*stack)[first];
+    torch::jit::drop(*stack, e.num_args);
+    if (!e.op->schema().returns().empty()) stack->push_back(std::move(self));  // foreach_x_ returns ()
+  } else {
+    std::vector<c10::IValue> outs_iv((*stack).begin() + first + (e.num_args - e.num_outs),
+                                     (*stack).begin() + first + e.num_args);
+    torch::jit::drop(*stack, e.num_args);
+    size_t returns = e.op->schema().returns().size();
+    for (size_t i = 0; i < std::min(returns, outs_iv.size()); ++i) stack->push_back(outs_iv[i]);
+  }
+}
+
+// Debug mode (the executor has awaited the op's results): with TORCH_TPU_CHECK_NANS=1 the
+// first op producing NaN or Inf is named.
+void CheckNaNs(const OpEntry& e, const std::vector<at::Tensor>& fresh, const Call& call) {
+  if (!CheckNans()) return;
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) return;
+    at::Tensor host = t.cpu();
+    TORCH_CHECK(at::isfinite(host).all().item<bool>(), "tpu: ", e.name, " produced NaN or Inf (output shape ",
+                t.sizes(), ", ", t.scalar_type(), ")");
+  };
+  for (const auto& t : fresh) check(t);
+  if (e.variant != Variant::Functional)
+    for (const auto& t : call.slots) check(t);
+}
+
+// Resizes out= tensors as PyTorch's resize_output does (with its warning). True if any changed.
+bool ResizeOuts(const OpEntry& e, torch::jit::Stack* stack, size_t first) {
+  torch::jit::Stack meta;
+  RunMeta(*e.op, *stack, first, e.num_args, &meta);
+  bool changed = false;
+  for (size_t i = e.num_args - e.num_outs; i < e.num_args; ++i) {
+    if (!(*stack)[first + i].isTensor()) continue;
+    at::Tensor out = (*stack)[first + i].toTensor();
+    const at::Tensor& m = meta[i].toTensor();
+    if (out.sizes() != m.sizes()) {
+      at::native::resize_output(out, m.sizes());
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+std::string Describe(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return "None";
+    std::ostringstream s;
+    s << c10::toString(t.scalar_type()) << t.sizes() << " strides " << t.strides() << " offset " << t.storage_offset()
+      << (t.device().type() == kTpu ? "" : " on " + t.device().str());
+    return s.str();
+  }
+  if (v.isScalar()) return std::string("Scalar ") + v.tagKind();
+  if (v.isTensorList() || v.isOptionalTensorList()) {  // never print tensor values: that reads the device
+    std::string s = "[";
+    for (const c10::IValue& item : v.toListRef()) s += (item.isNone() ? std::string("None") : Describe(item)) + "; ";
+    return s + "]";
+  }
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Counts a signature miss of an op seen before as a recompilation, with its reason.
+void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first) {
+  std::vector<std::string> now;
+  for (size_t i = 0; i < e.num_args; ++i) now.push_back(Describe(stack[first + i]));
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(e.misses.mu);
+    if (!e.misses.last.empty()) {
+      const auto& args = e.op->schema().arguments();
+      for (size_t i = 0; i < now.size() && i < e.misses.last.size(); ++i) {
+        if (now[i] != e.misses.last[i]) {
+          reason = e.name + ": argument '" + args[i].name() + "' changed from " + e.misses.last[i] + " to " + now[i];
+          break;
+        }
+      }
+      if (reason.empty()) reason = e.name + ": storage layout or value type changed";
+    }
+    e.misses.last = std::move(now);
+  }
+  if (!reason.empty()) GetMetrics().CountRecompile(reason);
+}
+
+// Index lists (Tensor?[], index_put's and index's indices) may live on the CPU, as on CUDA:
+// they are copied to the device of the op's tpu tensors.
+void MoveCpuIndicesToDevice(const OpEntry& e, torch::jit::Stack& stack, size_t first) {
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < e.num_args && !device; ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == kTpu) device = v.toTensor().device();
+  }
+  if (!device) return;
+  for (size_t i = 0; i < e.num_args; ++i) {
+    c10::IValue& v = stack[first + i];
+    if (!v.isOptionalTensorList()) continue;
+    bool any_cpu = false;
+    for (const c10::IValue& item : v.toListRef())
+      any_cpu |= item.isTensor() && item.toTensor().defined() && item.toTensor().device().is_cpu();
+    if (!any_cpu) continue;
+    c10::List<std::optional<at::Tensor>> moved;
+    for (const c10::IValue& item : v.toListRef()) {
+      if (item.isNone() || !item.toTensor().defined()) moved.push_back(std::nullopt);
+      else moved.push_back(item.toTensor().to(*device));
+    }
+    v = moved;
+  }
+}
+
+// Ops dispatched, in all and in the eager mode they ran in.
+void CountDispatch(int delta) {
+  runtime::Metrics& m = GetMetrics();
+  m.ops_dispatched += delta;
+  m.ops_by_mode[static_cast<int>(Executor::Get().mode())] += delta;
+}
+
+class GenericKernel final : public c10::OperatorKernel {
+ public:
+  explicit GenericKernel(std::shared_ptr<OpEntry> entry) : e_(std::move(entry)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    CountDispatch(1);
+    size_t first = stack->size() - e_->num_args;
+    MoveCpuIndicesToDevice(*e_, *stack, first);
+    Call call;
+    CollectCall(*e_, *stack, first, call);
+    std::shared_ptr<OpProgram> program;
+    {
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      auto it = g_programs.find(call.key);
+      if (it != g_programs.end()) program = it->second;
+    }
+    if (program) {
+      GetMetrics().signature_hits++;
+      // A factory's out= size can depend on Scalar values, which the signature leaves out
+      // (arange(0, n, out=...)): for out= ops whose only tensors are the outs, out sizes are
+      // re-derived on hits too.
+      bool factory = call.slots.size() <= e_->num_outs;
+      if (e_->variant == Variant::Out && e_->num_outs > 0 && factory && !call.scalars.empty() &&
+          ResizeOuts(*e_, stack, first)) {
+        CountDispatch(-1);  // counted again by the call below
+        return (*this)(op, {}, stack);
+      }
+    } else {
+      // out= tensors of the wrong shape (torch.arange(a, b) hands an empty one) are resized
+      // first, then the call is looked up again: not a miss of its own.
+      if (e_->variant == Variant::Out && e_->num_outs > 0 && ResizeOuts(*e_, stack, first)) {
+        CountDispatch(-1);
+        return (*this)(op, {}, stack);
+      }
+      GetMetrics().signature_misses++;
+      NoteRecompile(*e_, *stack, first);
+      try {
+        program = BuildProgram(*e_, *stack, first, call);
+      } catch (const lowering::Unsupported&) {
+        program = std::make_shared<OpProgram>();
+        program->fallback = true;
+      } catch (const c10::Error&) {
+        throw;
+      } catch (const std::exception& ex) {
+        RethrowAsTorchError(ex, e_->name);
+      }
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      g_programs[call.key] = program;
+    }
+    if (program->fallback) {
+      CpuFallback(op, stack);
+      return;
+    }
+    try {
+      Run(*program, stack, first, call);
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& ex) {
+      RethrowAsTorchError(ex, e_->name);
+    }
+  }
+
+ private:
+  // Hands the call to the executor, which runs it now or records it into the fused graph.
+  void Run(const OpProgram& p, torch::jit::Stack* stack, size_t first, const Call& call) {
+    int device = call.device < 0 ? CurrentDevice() : call.device;
+    std::vector<at::Tensor> fresh = NewTensors(p.new_tensors, device);
+    Executor& executor = Executor::Get();
+    executor.Submit(MakeRequest(p.program, call, device, fresh));
+    if (executor.mode() == EagerMode::kDebug) CheckNaNs(*e_, fresh, call);
+    PushResults(*e_, p, stack, first, std::move(fresh));
+  }
+
+  std::shared_ptr<OpEntry> e_;
+};
+
+size_t CountOuts(const c10::FunctionSchema& schema) {
+  size_t n = 0;
+  for (const auto& a : schema.arguments())
+    if (a.is_out()) n++;
+  return n;
+}
+
+// out= arguments that are lists (Tensor(a!)[] out of the foreach ops).
+bool HasListOut(const c10::FunctionSchema& schema) {
+  for (const auto& a : schema.arguments())
+    if (a.is_out() && a.type()->kind() == c10::TypeKind::ListType) return true;
+  return false;
+}
+
+bool SameInputs(const c10::FunctionSchema& functional, const c10::FunctionSchema& other, size_t n) {
+  const auto& fa = functional.arguments();
+  const auto& oa = other.arguments();
+  if (fa.size() != n || oa.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (fa[i].name() != oa[i].name() || fa[i].type()->str() != oa[i].type()->str()) return false;
+  }
+  return true;
+}
+
+std::vector<std::string>& NativeOpNames() {
+  static std::vector<std::string> names;
+  return names;
+}
+
+}  // namespace
+
+void SetEagerMode(EagerMode mode) { Executor::Get().SetMode(mode); }
+
+EagerMode GetEagerMode() { return Executor::Get().mode(); }
+
+void RunPendingGraph(const char* cause) { Executor::Get().Flush(cause); }
+
+void SyncPoint(const char* cause) {
+  try {
+    Executor::Get().Sync(cause);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const runtime::DeviceAssertFailed& e) {
+    TORCH_CHECK_INDEX(false, e.what());
+  }
+}
+
+std::vector<std::string> NativeOps() { return NativeOpNames(); }
+
+void RegisterLoweredOps() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  static auto* tpu_lib =
+      new torch::Library(torch::Library::IMPL, "torch_tpu", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::unordered_map<std::string, std::vector<c10::OperatorName>> overloads;
+  for (const c10::OperatorName& n : dispatcher.getAllOpNames()) overloads[n.name].push_back(n);
+
+  auto add = [&](std::shared_ptr<OpEntry> entry) {
+    const auto& on = entry->op->operator_name();
+    std::string qualified = on.overload_name.empty() ? on.name : on.name + "." + on.overload_name;
+    std::string unqualified = qualified.substr(qualified.find("::") + 2);
+    torch::Library* target = on.name.rfind("aten::", 0) == 0 ? lib : tpu_lib;
+    target->impl(unqualified.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<GenericKernel>(entry)));
+    NativeOpNames().push_back(qualified);
+  };
+
+  for (const std::string& name : lowering::RegisteredOps()) {
+    auto dot = name.find('.');
+    c10::OperatorName on(name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
+    auto handle = dispatcher.findOp(on);
+    if (!handle) continue;  // an op this PyTorch version does not have
+    const auto& schema = handle->schema();
+    auto entry = std::make_shared<OpEntry>();
+    entry->name = name;
+    entry->fn = lowering::Find(name);
+    entry->op = *handle;
+    entry->num_args = schema.arguments().size();
+    entry->num_outs = CountOuts(schema);
+    for (const auto& a : schema.arguments()) entry->arg_class.push_back(ClassOf(a));
+    entry->implicit_rng = handle->hasTag(at::Tag::nondeterministic_seeded) &&
+                          std::find(entry->arg_class.begin(), entry->arg_class.end(), kGeneratorArg) ==
+                              entry->arg_class.end();
+    if (entry->num_outs > 0) {
+      entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
+      add(entry);
+      continue;
+    }
+    const auto& first_arg = schema.arguments().empty() ? nullptr : &schema.arguments()[0];
+    if (first_arg && first_arg->alias_info() && first_arg->alias_info()->isWrite()) {
+      entry->variant = Variant::Inplace;  // lowered directly as an in-place op (random fills)
+      add(entry);
+      continue;
+    }
+    entry->functional = *handle;
+    add(entry);
+    // In-place twin: same overload of "name_".
+    auto inplace = dispatcher.findOp(c10::OperatorName(on.name + "_", on.overload_name));
+    if (inplace && inplace->schema().arguments().size() == entry->num_args && !lowering::Find(
+            on.name + "_" + (on.overload_name.empty() ? "" : "." + on.overload_name))) {
+      auto ie = std::make_shared<OpEntry>(*entry);
+      ie->name = on.name + "_." + on.overload_name;
+      ie->variant = Variant::Inplace;
+      ie->op = *inplace;
+      ie->arg_class.clear();
+      for (const auto& a : inplace->schema().arguments()) ie->arg_class.push_back(ClassOf(a));
+      add(ie);
+    }
+    // out= twins: overloads of the same name whose inputs match and that end in out args.
+    for (const c10::OperatorName& other : overloads[on.name]) {
+      if (other.overload_name == on.overload_name) continue;
+      auto oh = dispatcher.findOp(other);
+      if (!oh) continue;
+      size_t outs = CountOuts(oh->schema());
+      if (outs == 0 || oh->schema().arguments().size() != entry->num_args + outs) continue;
+      if (HasListOut(oh->schema())) continue;  // foreach out= ops keep PyTorch's composite kernels
+      if (!SameInputs(schema, oh->schema(), entry->num_args)) continue;
+      std::string other_name = other.name + "." + other.overload_name;
+      if (lowering::Find(other_name)) continue;
+      // The generic kernel validates and resizes out= tensors through the variant's Meta kernel;
+      // without one (_native_batch_norm_legit.out) the variant keeps the CPU fallback.
+      if (!oh->hasKernelForDispatchKey(c10::DispatchKey::Meta) &&
+          !oh->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+          !oh->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+        continue;
+      auto oe = std::make_shared<OpEntry>(*entry);
+      oe->name = other_name;
+      oe->variant = Variant::Out;
+      oe->op = *oh;
+      oe->num_args = oh->schema().arguments().size();
+      oe->num_outs = outs;
+      oe->arg_class.clear();
+      for (const auto& a : oh->schema().arguments()) oe->arg_class.push_back(ClassOf(a));
+      add(oe);
+    }
+  }
+}
+
+}  // namespace tpu::aten

@@ -1,0 +1,461 @@
+#include "op_program.h"
+
+#include <ATen/native/TypeProperties.h>
+
+#include <cstring>
+#include <unordered_map>
+
+namespace tpu::aten {
+
+using lowering::Arg;
+using runtime::ParamSource;
+using runtime::TpuStorage;
+
+ArgClass ClassOf(const c10::Argument& a) {
+  c10::TypePtr t = a.type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  if (t->kind() == c10::TypeKind::NumberType) return kScalarArg;
+  if (t->kind() == c10::TypeKind::GeneratorType) return kGeneratorArg;
+  if (t->kind() == c10::TypeKind::ListType &&
+      t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::NumberType)
+    return kScalarListArg;
+  return kPlainArg;
+}
+
+namespace {
+
+std::vector<int64_t> IntsOf(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const c10::SymInt& s : v.toSymIntVector()) out.push_back(s.guard_int(__FILE__, __LINE__));
+  return out;
+}
+
+}  // namespace
+
+// Builds the signature and collects tensors, scalars and generators of the call.
+void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first, Call& call) {
+  std::vector<TpuStorage*> seen;
+  call.key.reserve(64);
+  call.key.push_back(reinterpret_cast<int64_t>(&e));
+  for (size_t i = 0; i < e.num_args; ++i) {
+    const c10::IValue& v = stack[first + i];
+    auto& k = call.key;
+    if (v.isNone() && e.arg_class[i] != kGeneratorArg) {
+      k.push_back(kNone);
+    } else if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) k.push_back(kNone);
+      else AddTensor(call, call.key, t, seen);
+    } else if (e.arg_class[i] == kGeneratorArg) {
+      k.push_back(kGenerator);
+      call.generators.push_back(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()));
+      continue;
+    } else if (e.arg_class[i] == kScalarArg) {
+      AddScalar(call, call.key, v.toScalar());
+    } else if (v.isInt() || v.isSymInt()) {
+      k.push_back(kInt);
+      k.push_back(v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__));
+    } else if (v.isDouble()) {
+      k.push_back(kDouble);
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, 8);
+      k.push_back(bits);
+    } else if (v.isBool()) {
+      k.push_back(kBool);
+      k.push_back(v.toBool());
+    } else if (v.isIntList() || v.isSymIntList()) {
+      k.push_back(kIntList);
+      auto list = IntsOf(v);
+      k.push_back(static_cast<int64_t>(list.size()));
+      for (int64_t x : list) k.push_back(x);
+    } else if (v.isDoubleList()) {
+      k.push_back(kDoubleList);
+      for (double d : v.toDoubleVector()) {
+        int64_t bits;
+        std::memcpy(&bits, &d, 8);
+        k.push_back(bits);
+      }
+      k.push_back(kListEnd);
+    } else if (v.isBoolList()) {
+      k.push_back(kBoolList);
+      for (bool b : v.toBoolList()) k.push_back(b);
+      k.push_back(kListEnd);
+    } else if (v.isString()) {
+      k.push_back(kString);
+      for (char c : v.toStringRef()) k.push_back(c);
+      k.push_back(kListEnd);
+    } else if (v.isTensorList() || v.isOptionalTensorList()) {
+      k.push_back(kTensorList);
+      for (const c10::IValue& item : v.toListRef()) {
+        if (item.isNone() || !item.toTensor().defined()) k.push_back(kNone);
+        else AddTensor(call, call.key, item.toTensor(), seen);
+      }
+      k.push_back(kListEnd);
+    } else if (e.arg_class[i] == kScalarListArg) {
+      // Scalar[] (foreach ops): run-time scalars.
+      k.push_back(kOther);
+      for (const c10::IValue& item : v.toListRef()) AddScalar(call, call.key, item.toScalar());
+      k.push_back(kListEnd);
+    } else {
+      k.push_back(kOther);
+    }
+  }
+  if (e.implicit_rng) {
+    call.key.push_back(kGenerator);
+    call.generators.push_back(std::nullopt);
+  }
+}
+
+namespace {
+
+at::Tensor ToMeta(const at::Tensor& t) {
+  // Tensor?[] lists (index_put's indices) can hold undefined tensors for `:` slices.
+  if (!t.defined()) return t;
+  if (t.device().type() != kTpu) {
+    // A CPU 0-d tensor operand (not a wrapped Python number, which meta functions read as a
+    // number) becomes a meta 0-d tensor: Python meta functions such as masked_fill's reject a
+    // CPU tensor next to meta ones. A 0-d tensor promotes alike on either device.
+    if (t.dim() != 0 || !t.device().is_cpu() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+    return at::empty({}, t.options().device(at::kMeta));
+  }
+  int64_t storage_numel = static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size());
+  auto base = at::empty({storage_numel}, t.options().device(at::kMeta));
+  return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+c10::IValue ToMetaValue(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().defined() ? c10::IValue(ToMeta(v.toTensor())) : v;
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(ToMeta(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& item : v.toListRef()) {
+      if (item.isNone()) out.push_back(std::nullopt);
+      else out.push_back(ToMeta(item.toTensor()));
+    }
+    return out;
+  }
+  if (v.isDevice()) return c10::Device(at::kMeta);
+  if (v.isGenerator()) return c10::IValue();
+  return v;
+}
+
+// CPU zeros with the geometry of a tpu value, to replay a call whose Meta inference failed.
+c10::IValue ToCpuValue(const c10::IValue& v) {
+  auto cpu = [](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kTpu) return t;
+    auto base = at::zeros({static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size())},
+                          t.options().device(at::kCPU));
+    return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
+  if (v.isTensor()) return cpu(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(cpu(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& item : v.toListRef())
+      out.push_back(item.isNone() ? std::nullopt : std::optional<at::Tensor>(cpu(item.toTensor())));
+    return out;
+  }
+  if (v.isDevice()) return c10::Device(at::kCPU);
+  if (v.isGenerator()) return c10::IValue();
+  return v;
+}
+
+}  // namespace
+
+torch::jit::Stack RunMeta(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t n,
+                          torch::jit::Stack* args) {
+  torch::jit::Stack meta;
+  meta.reserve(n);
+  for (size_t i = 0; i < n; ++i) meta.push_back(ToMetaValue(stack[first + i]));
+  if (args) *args = meta;  // shares the meta tensors, which the call resizes in place
+  try {
+    op.callBoxed(meta);
+  } catch (const std::exception&) {
+    // Meta kernels word some errors unlike the CPU's (several are Python decompositions):
+    // replay on CPU zeros of the same geometry so the user gets the CPU's exception.
+    torch::jit::Stack cpu;
+    for (size_t i = 0; i < n; ++i) cpu.push_back(ToCpuValue(stack[first + i]));
+    op.callBoxed(cpu);
+    throw;  // the CPU accepts the call: the Meta error stands
+  }
+  return meta;
+}
+
+namespace {
+
+std::vector<at::Tensor> TensorsOf(const torch::jit::Stack& results) {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : results) {
+    if (v.isTensor()) out.push_back(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) out.push_back(t);
+  }
+  return out;
+}
+
+shlo::TensorType TypeOf(const at::Tensor& t) { return {ToElemType(t.scalar_type()), t.sizes().vec()}; }
+
+}  // namespace
+
+std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& stack, size_t first, const Call& call) {
+  auto op = std::make_shared<OpProgram>();
+  auto program = std::make_shared<runtime::Program>();
+  op->program = program;
+  // Meta inference: validation of the exact variant, result types from the functional op.
+  torch::jit::Stack variant_meta, variant_args;
+  if (e.variant != Variant::Functional) variant_meta = RunMeta(*e.op, stack, first, e.num_args, &variant_args);
+  std::vector<at::Tensor> result_meta;
+  size_t num_inputs = e.num_args - e.num_outs;
+  if (e.functional) {
+    auto fm = RunMeta(*e.functional, stack, first, num_inputs);
+    op->returns_list = !fm.empty() && fm[0].isTensorList();
+    result_meta = TensorsOf(fm);
+  } else if (e.variant == Variant::Inplace) {
+    // The op's result, or (ops returning nothing, like _amp_foreach_non_finite_check_and_unscale_)
+    // the types of the self tensors it writes.
+    if (!variant_meta.empty() && variant_meta[0].isTensor()) result_meta.push_back(variant_meta[0].toTensor());
+    else result_meta = TensorsOf({variant_args[0]});
+  } else {
+    for (size_t i = num_inputs; i < e.num_args; ++i) result_meta.push_back(variant_args[i].toTensor());
+  }
+
+  // PyTorch's promotion over the inputs (not the out= tensors).
+  at::native::ResultTypeState state;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor() && v.toTensor().defined()) state = at::native::update_result_type_state(v.toTensor(), state);
+  }
+  for (const c10::Scalar& s : call.scalars) state = at::native::update_result_type_state(s, state);
+  at::ScalarType common = at::native::result_type(state);
+  shlo::ElemType common_elem = common == at::ScalarType::Undefined ? shlo::ElemType::F32
+                               : IsSupportedDtype(common)          ? ToElemType(common)
+                                                                   : shlo::ElemType::F32;
+
+  shlo::Builder b;
+  lowering::Ctx ctx{b, {}, common_elem};
+  for (const at::Tensor& m : result_meta) {
+    if (!m.defined()) {
+      ctx.outputs.push_back({shlo::ElemType::F32, {}});
+      continue;
+    }
+    if (!IsSupportedDtype(m.scalar_type())) {
+      op->fallback = true;
+      return op;
+    }
+    ctx.outputs.push_back(TypeOf(m));
+  }
+
+  // Parameters: one per distinct storage read, then run-time scalars and RNG states.
+  std::unordered_map<TpuStorage*, shlo::Value> storage_values;
+  std::vector<shlo::Value> slot_values(call.slots.size());
+  size_t out_slot_begin = call.slots.size();
+  if (e.variant == Variant::Out) {
+    size_t count = 0;
+    for (size_t i = num_inputs; i < e.num_args; ++i) count += stack[first + i].isTensor() ? 1 : 0;
+    out_slot_begin = call.slots.size() - count;
+  }
+  auto storage_value = [&](size_t slot) -> shlo::Value {
+    const at::Tensor& t = call.slots[slot];
+    TpuStorage* s = StorageOf(t);
+    auto it = storage_values.find(s);
+    if (it != storage_values.end()) return it->second;
+    shlo::ElemType elem = (s->buffer || s->pending) ? s->elem : ToElemType(t.scalar_type());
+    program->params.push_back({ParamSource::Storage, static_cast<int>(slot), elem});
+    shlo::Value v = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
+    storage_values[s] = v;
+    return v;
+  };
+  size_t scalar_index = 0;
+  for (size_t slot = 0; slot < out_slot_begin; ++slot) {
+    const at::Tensor& t = call.slots[slot];
+    if (call.slot_is_cpu_scalar[slot]) {
+      at::ScalarType st = common != at::ScalarType::Undefined ? common : t.scalar_type();
+      // A Python number enters half-precision ops at opmath (f32) precision, as PyTorch's CPU
+      // kernels read it (lerp(x, y, 0.4) uses 0.4f, not bf16(0.4)).
+      if ((st == at::kBFloat16 || st == at::kHalf) && t.unsafeGetTensorImpl()->is_wrapped_number()) st = at::kFloat;
+      program->params.push_back({ParamSource::Scalar, static_cast<int>(slot), ToElemType(st)});
+      slot_values[slot] = b.Param({ToElemType(st), {}});
+      continue;
+    }
+    shlo::Value storage = storage_value(slot);
+    shlo::ElemType want = ToElemType(t.scalar_type());
+    storage = lowering::Reinterpret(b, storage, want);  // a view(dtype), an untyped storage
+    slot_values[slot] = lowering::ReadView(b, storage, GeometryOf(t));
+  }
+  std::vector<shlo::Value> scalar_values;
+  for (const c10::Scalar& s : call.scalars) {
+    if (s.isComplex()) throw lowering::Unsupported("complex scalar");
+    at::ScalarType st = common != at::ScalarType::Undefined ? common : s.type();
+    if (st == at::kBFloat16 || st == at::kHalf) st = at::kFloat;  // opmath, as above
+    if (!IsSupportedDtype(st)) throw lowering::Unsupported("scalar dtype");
+    program->params.push_back({ParamSource::Scalar, -1 - static_cast<int>(scalar_index++), ToElemType(st)});
+    scalar_values.push_back(b.Param({ToElemType(st), {}}));
+  }
+  int64_t total_out = 0;
+  for (const auto& t : ctx.outputs) total_out += t.numel();
+  std::vector<shlo::Value> rng_values;
+  for (size_t g = 0; g < call.generators.size(); ++g) {
+    program->params.push_back({ParamSource::Rng, static_cast<int>(g), shlo::ElemType::U64, total_out});
+    rng_values.push_back(b.Param({shlo::ElemType::U64, {2}}));
+  }
+
+  // Lowering arguments in schema order (out= arguments excluded).
+  std::vector<Arg> args(num_inputs);
+  std::vector<int> arg_slot(num_inputs, -1);  // the tensor slot of each plain tensor argument
+  size_t slot = 0, scalar_i = 0, gen_i = 0;
+  for (size_t i = 0; i < num_inputs; ++i) {
+    const c10::IValue& v = stack[first + i];
+    Arg& a = args[i];
+    if (e.arg_class[i] == kGeneratorArg) {
+      a.kind = Arg::Kind::Tensor;
+      a.value = rng_values[gen_i++];
+    } else if (v.isNone()) {
+      a.kind = Arg::Kind::None;
+    } else if (v.isTensor()) {
+      if (v.toTensor().defined()) {
+        a.kind = Arg::Kind::Tensor;
+        arg_slot[i] = static_cast<int>(slot);
+        a.value = slot_values[slot++];
+      }
+    } else if (e.arg_class[i] == kScalarArg) {
+      a.kind = Arg::Kind::Tensor;
+      a.value = scalar_values[scalar_i++];
+    } else if (v.isInt() || v.isSymInt()) {
+      a.kind = Arg::Kind::Int;
+      a.i = v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
+    } else if (v.isDouble()) {
+      a.kind = Arg::Kind::Double;
+      a.d = v.toDouble();
+    } else if (v.isBool()) {
+      a.kind = Arg::Kind::Bool;
+      a.b = v.toBool();
+    } else if (v.isIntList() || v.isSymIntList()) {
+      a.kind = Arg::Kind::IntList;
+      a.ints = IntsOf(v);
+    } else if (v.isDoubleList()) {
+      a.kind = Arg::Kind::DoubleList;
+      a.doubles = v.toDoubleVector();
+    } else if (v.isBoolList()) {
+      a.kind = Arg::Kind::BoolList;
+      for (bool x : v.toBoolList()) a.ints.push_back(x);
+    } else if (v.isString()) {
+      a.kind = Arg::Kind::String;
+      a.s = v.toStringRef();
+    } else if (v.isTensorList() || v.isOptionalTensorList()) {
+      a.kind = Arg::Kind::TensorList;
+      for (const c10::IValue& item : v.toListRef()) {
+        if (item.isNone() || !item.toTensor().defined()) a.values.push_back({});
+        else a.values.push_back(slot_values[slot++]);
+      }
+    } else if (e.arg_class[i] == kScalarListArg) {
+      a.kind = Arg::Kind::TensorList;
+      for (size_t j = 0; j < v.toListRef().size(); ++j) a.values.push_back(scalar_values[scalar_i++]);
+    }
+  }
+
+  if (e.implicit_rng) {
+    args.emplace_back();
+    args.back().kind = Arg::Kind::Tensor;
+    args.back().value = rng_values.at(gen_i++);
+  }
+
+  ctx.can_write_args = true;
+  std::vector<shlo::Value> results = e.fn(ctx, lowering::Args(args));
+  // A generator state the lowering never read (attention without dropout, dropout in eval)
+  // leaves the generator where it was, as on CPU and CUDA.
+  for (ParamSource& src : program->params)
+    if (src.kind == ParamSource::Rng && !b.Uses(rng_values[src.slot])) src.rng_increment = 0;
+  TORCH_CHECK(results.size() == ctx.outputs.size(), "tpu: lowering of ", e.name, " returned ", results.size(),
+              " results, expected ", ctx.outputs.size());
+
+  std::vector<shlo::Value> outputs;
+  // Writes `result` into the storage of tensor slot `target` (outputs after the new tensors).
+  std::vector<TpuStorage*> written;
+  size_t first_write = 0;
+  auto write = [&](size_t target, const shlo::Value& result) {
+    const at::Tensor& t = call.slots[target];
+    if (call.slot_is_cpu_scalar[target]) throw lowering::Unsupported("write into a CPU tensor");
+    if (written.empty()) first_write = outputs.size();
+    shlo::Value v = lowering::CastTo(ctx, result, TypeOf(t));
+    auto g = GeometryOf(t);
+    TpuStorage* s = StorageOf(t);
+    shlo::Value updated;
+    if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
+      updated = b.Reshape(v, {g.storage_numel});
+    } else {
+      shlo::Value base = storage_value(target);
+      base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
+      g.storage_numel = base.type.dims[0];
+      updated = lowering::WriteView(b, base, g, v);
+    }
+    storage_values[s] = updated;
+    for (size_t w = 0; w < written.size(); ++w) {
+      if (written[w] == s) {
+        outputs[first_write + w] = updated;
+        program->writes[w].elem = updated.type.elem;
+        return;
+      }
+    }
+    written.push_back(s);
+    outputs.push_back(updated);
+    program->writes.push_back({static_cast<int>(target), updated.type.elem});
+  };
+  if (e.variant == Variant::Functional) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      const at::Tensor& m = result_meta[i];
+      if (!m.defined()) {
+        op->new_tensors.push_back({{}, {}, at::kFloat, false});
+        continue;
+      }
+      shlo::Value v = lowering::CastTo(ctx, results[i], ctx.outputs[i]);
+      std::vector<int64_t> strides = DenseStrides(m.sizes(), m.strides());
+      outputs.push_back(lowering::LayOut(b, v, strides));
+      op->new_tensors.push_back({m.sizes().vec(), strides, m.scalar_type()});
+      program->new_elems.push_back(ToElemType(m.scalar_type()));
+    }
+  } else {
+    std::vector<size_t> targets;
+    if (e.variant == Variant::Inplace) {
+      // self is one tensor, or every tensor of a Tensor(a!)[] (the foreach ops): slots 0..n-1.
+      const c10::IValue& self = stack[first];
+      size_t n = self.isTensorList() ? self.toTensorList().size() : 1;
+      for (size_t s = 0; s < n; ++s) {
+        if (call.slot_is_cpu_scalar[s]) throw lowering::Unsupported("in-place write into a CPU tensor");
+        targets.push_back(s);
+      }
+    } else {
+      for (size_t s = out_slot_begin; s < call.slots.size(); ++s) targets.push_back(s);
+    }
+    TORCH_CHECK(targets.size() == results.size(), "tpu: ", e.name, ": ", results.size(), " results for ",
+                targets.size(), " outputs");
+    for (size_t i = 0; i < targets.size(); ++i) write(targets[i], results[i]);
+  }
+  // Arguments the op mutates besides its results (Ctx::WriteArg).
+  for (const auto& [arg, value] : ctx.arg_writes) {
+    TORCH_CHECK(arg < arg_slot.size() && arg_slot[arg] >= 0, "tpu: ", e.name, " writes into argument ", arg,
+                ", which is not a tensor");
+    write(static_cast<size_t>(arg_slot[arg]), value);
+  }
+  for (const auto& check : ctx.checks) {
+    outputs.push_back(b.Reshape(b.Convert(check.failed, shlo::ElemType::Pred), {}));
+    program->check_messages.push_back(check.message);
+  }
+  program->id = runtime::Program::NextId();
+  program->name = e.name;
+  for (const auto& p : b.params()) program->param_types.push_back(p.type);
+  for (const auto& o : outputs) program->result_types.push_back(o.type);
+  program->module_text = b.Module(outputs);
+  program->function_text = b.Function("f" + std::to_string(program->id), outputs, false);
+  return op;
+}
+
+}  // namespace tpu::aten

@@ -1,0 +1,93 @@
+// The Executor runs Programs (DESIGN.md "One op, three ways to run it"): debug waits after
+// every op; strict runs one program per op asynchronously; fused records requests into the
+// open graph and runs it as one program at a sync point. It owns that graph, the device
+// buffers of scalar parameters, and the device-side asserts waiting for a sync.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "program.h"
+
+namespace tpu::runtime {
+
+enum class Mode { kDebug = 0, kStrict = 1, kFused = 2 };
+
+// A device-side assert failed (an index out of range); csrc/aten raises it as IndexError.
+class DeviceAssertFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Identifies the value of a scalar parameter: the source's type and bytes, the parameter's
+// element type and the device.
+struct ScalarKey {
+  int source_type;
+  int elem;
+  int device;
+  uint64_t bits[2];
+  bool operator==(const ScalarKey& o) const {
+    return source_type == o.source_type && elem == o.elem && device == o.device && bits[0] == o.bits[0] &&
+           bits[1] == o.bits[1];
+  }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    size_t h = std::hash<uint64_t>()(k.bits[0]) ^ (std::hash<uint64_t>()(k.bits[1]) * 31);
+    return h ^ (static_cast<size_t>(k.source_type) << 40) ^ (static_cast<size_t>(k.elem) << 48) ^
+           (static_cast<size_t>(k.device) << 56);
+  }
+};
+
+class FusedGraph;
+
+class Executor {
+ public:
+  static Executor& Get();
+
+  Mode mode() const { return static_cast<Mode>(mode_.load(std::memory_order_relaxed)); }
+  // Runs the open graph first when the mode changes.
+  void SetMode(Mode mode);
+
+  // Runs the request now (debug, strict) or records it into the open graph (fused).
+  void Submit(const Request& request);
+  // Runs the request now, whatever the mode; returns the program's results (awaited in
+  // debug mode). The caller's storages receive the new values.
+  std::vector<pjrt::BufferPtr> Run(const Request& request);
+  // Starts the open fused graph (asynchronously; the host does not wait).
+  void Flush(const char* cause);
+  // A synchronisation point: runs the open graph and raises failed device-side asserts.
+  void Sync(const char* cause);
+  // Raises the first failed device-side assert (DeviceAssertFailed).
+  void VerifyChecks();
+  // Remembers the i1 results outs[first..] of a program as device-side asserts.
+  void DeferChecks(const std::vector<std::string>& messages, const std::vector<pjrt::BufferPtr>& outs, size_t first);
+
+  // Scalar parameters (add's alpha, an optimizer's lr, a 0-d CPU tensor) repeat from op to op
+  // and step to step: their device buffers are read-only, so one upload per distinct value
+  // serves every program that takes it. `upload` makes the buffer on a miss.
+  pjrt::BufferPtr ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload);
+
+ private:
+  Executor();
+  std::atomic<int> mode_{static_cast<int>(Mode::kFused)};  // the default: passes the suite, fastest
+  // One open graph per process; eager dispatch holds the GIL, the lock covers other threads.
+  std::recursive_mutex graph_mu_;
+  FusedGraph* graph_;
+  struct DeferredCheck {
+    pjrt::BufferPtr failed;
+    std::string message;
+  };
+  std::mutex checks_mu_;
+  std::vector<DeferredCheck> checks_;
+  std::mutex scalar_mu_;
+  std::unordered_map<ScalarKey, pjrt::BufferPtr, ScalarKeyHash> scalar_buffers_;
+};
+
+}  // namespace tpu::runtime

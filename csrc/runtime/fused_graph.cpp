@@ -1,0 +1,268 @@
+#include "fused_graph.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+#include "executor.h"
+#include "metrics.h"
+
+namespace tpu::runtime {
+namespace {
+
+// How many times a graph structure must be flushed before it is compiled whole
+// (TORCH_TPU_FUSED_COMPILE_AFTER; 1 compiles every graph at once).
+int64_t FusedCompileAfter() {
+  static int64_t after = [] {
+    const char* env = std::getenv("TORCH_TPU_FUSED_COMPILE_AFTER");
+    return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{2};
+  }();
+  return after;
+}
+
+struct FusedProgram {
+  pjrt::ExecutablePtr exe;
+  std::vector<std::string> check_messages;
+};
+
+std::mutex g_fused_mu;
+std::unordered_map<std::vector<int64_t>, std::shared_ptr<FusedProgram>, KeyHash> g_fused;
+std::unordered_map<size_t, int> g_seen;  // structure hash -> flushes seen (not compiled yet)
+
+}  // namespace
+
+void FusedGraph::Record(const Request& request) {
+  Program& p = *request.program;
+  if (device_ < 0) device_ = request.device;
+  // Arguments: a pending storage's value from the graph, or a new graph parameter.
+  std::vector<int> args;
+  args.reserve(p.params.size());
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const ParamSource& src = p.params[i];
+    if (src.kind == ParamSource::Storage) {
+      TpuStorage* s = request.storages[src.slot];
+      auto it = storage_value_.find(s->uid);
+      if (it != storage_value_.end()) {
+        args.push_back(it->second);
+        continue;
+      }
+      int id = AddParam(s->Materialize(src.elem), p.param_types[i]);
+      storage_value_[s->uid] = id;
+      args.push_back(id);
+    } else {
+      args.push_back(AddParam(request.host_params[i], p.param_types[i]));
+    }
+  }
+  int first_result = static_cast<int>(value_types_.size());
+  for (const auto& t : p.result_types) value_types_.push_back(t);
+  calls_.push_back({&p, args, first_result});
+  programs_.push_back(request.program);
+  key_.push_back(p.id);
+  key_.push_back(static_cast<int64_t>(args.size()));
+  for (int a : args) key_.push_back(a);
+
+  // Results: fresh tensors and written storages now hold values of this graph.
+  int r = first_result;
+  for (size_t i = 0; i < request.new_storages.size(); ++i) MarkPending(request.new_storages[i], r++, p.new_elems[i]);
+  for (const WriteTarget& w : p.writes) MarkPending(request.storages[w.slot], r++, w.elem);
+  for (const std::string& m : p.check_messages) checks_.push_back({r++, m});
+}
+
+void FusedGraph::Flush(const char* cause) {
+  if (calls_.empty()) return;
+  auto& metrics = GetMetrics();
+  metrics.CountSync(std::string("fused graph: ") + cause);
+  std::vector<int> outputs;
+  Targets targets;
+  for (auto& [uid, weak] : pending_order_) {
+    std::shared_ptr<TpuStorage> s = weak.lock();
+    if (!s || !s->pending) continue;  // died before the sync: its value is never needed
+    outputs.push_back(storage_value_.at(uid));
+    targets.emplace_back(std::move(s), elem_.at(uid));
+  }
+  key_.push_back(-1);
+  for (int o : outputs) key_.push_back(o);
+  for (const auto& c : checks_) key_.push_back(c.first);
+
+  metrics.fused_graphs_run++;
+  metrics.fused_ops += static_cast<int64_t>(calls_.size());
+  std::shared_ptr<FusedProgram> fused;
+  bool hot = true;
+  {
+    std::lock_guard<std::mutex> lock(g_fused_mu);
+    auto it = g_fused.find(key_);
+    if (it != g_fused.end()) {
+      fused = it->second;
+    } else {
+      // Compile a structure only once it repeats (a training step, a static-shape decode
+      // step). Graphs seen once (a decode step over a growing cache, one test's forward)
+      // run op by op through the per-op programs, which every graph shares: compiling each
+      // of those whole would cost far more than it saves.
+      if (g_seen.size() > 100000) g_seen.clear();
+      hot = ++g_seen[KeyHash()(key_)] >= FusedCompileAfter();
+    }
+  }
+  if (!fused) {
+    fused = std::make_shared<FusedProgram>();
+    std::string module = ModuleText(outputs);
+    std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
+    try {
+      // Near the process's mapping budget a whole graph is not loaded at all: its ops run
+      // through per-op programs, which other graphs share (Runtime::MappingsTight).
+      Runtime& rt = Runtime::Get();
+      if (!rt.MappingsTight()) fused->exe = hot ? rt.Compile(module, what) : rt.Cached(module);
+    } catch (const std::exception&) {
+      // Run the ops one by one instead: those before the culprit compute their values, and
+      // the culprit raises its own error, naming it.
+      RunOneByOne(outputs, targets);
+      return;
+    }
+    if (!fused->exe) {  // seen once, and not in the disk cache
+      metrics.fused_graphs_op_by_op++;
+      RunOneByOne(outputs, targets);
+      return;
+    }
+    for (const auto& c : checks_) fused->check_messages.push_back(c.second);
+    std::lock_guard<std::mutex> lock(g_fused_mu);
+    g_fused[key_] = fused;
+    if (hot) metrics.fused_graphs_compiled++;
+  }
+  std::vector<pjrt::BufferPtr> params = std::move(params_);  // alive until Execute returns
+  std::vector<PJRT_Buffer*> raw;
+  for (const auto& b : params) raw.push_back(b->raw());
+  Runtime& rt = Runtime::Get();
+  int device = device_;
+  Reset();  // before running: a failure must not leave the graph half-flushed
+  std::vector<pjrt::BufferPtr> outs = rt.Execute(*fused->exe, device, raw);
+  metrics.executions++;
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].first->AssignComputed(outs[i], targets[i].second);
+  Executor::Get().DeferChecks(fused->check_messages, outs, targets.size());
+}
+
+// The recorded calls, each through its own op's program; on a failure every value not yet
+// computed is marked failed (reading it raises the error) and the error propagates.
+void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& targets) {
+  std::vector<pjrt::BufferPtr> values(value_types_.size());
+  for (size_t i = 0; i < param_ids_.size(); ++i) values[param_ids_[i]] = params_[i];
+  std::vector<Call> calls = std::move(calls_);
+  std::vector<std::shared_ptr<Program>> programs = std::move(programs_);
+  std::vector<std::pair<int, std::string>> checks = std::move(checks_);
+  int device = device_;
+  Reset();
+  Runtime& rt = Runtime::Get();
+  auto assign_computed = [&] {
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (values[outputs[i]]) targets[i].first->AssignComputed(values[outputs[i]], targets[i].second);
+  };
+  // A value neither kept nor checked is dropped after its last use, as XLA would.
+  std::vector<size_t> last_use(values.size(), calls.size());
+  for (size_t k = 0; k < calls.size(); ++k)
+    for (int a : calls[k].args) last_use[a] = k;
+  for (int o : outputs) last_use[o] = calls.size();
+  for (const auto& ch : checks) last_use[ch.first] = calls.size();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Call& c = calls[k];
+    try {
+      std::vector<PJRT_Buffer*> raw;
+      for (int a : c.args) raw.push_back(values[a]->raw());
+      std::vector<pjrt::BufferPtr> outs = rt.Execute(*c.program->Compiled(), device, raw);
+      GetMetrics().executions++;
+      for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
+      for (int a : c.args)
+        if (last_use[a] == k) values[a].reset();
+    } catch (const std::exception& ex) {
+      assign_computed();
+      std::string message = std::string("tpu: ") + c.program->name + " (deferred in a fused graph) failed: " + ex.what();
+      for (size_t i = 0; i < targets.size(); ++i)
+        if (!values[outputs[i]]) targets[i].first->MarkFailed(message);
+      throw std::runtime_error(message);
+    }
+  }
+  assign_computed();
+  std::vector<std::string> messages;
+  std::vector<pjrt::BufferPtr> flags;
+  for (const auto& [id, m] : checks) {
+    messages.push_back(m);
+    flags.push_back(values[id]);
+  }
+  Executor::Get().DeferChecks(messages, flags, 0);
+}
+
+int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
+  int id = static_cast<int>(value_types_.size());
+  value_types_.push_back(type);
+  param_ids_.push_back(id);
+  params_.push_back(std::move(buffer));
+  return id;
+}
+
+void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem) {
+  s->pending = true;
+  s->elem = elem;
+  storage_value_[s->uid] = value;
+  elem_[s->uid] = elem;
+  if (pending_uids_.insert(s->uid).second) pending_order_.emplace_back(s->uid, s->weak_from_this());
+}
+
+std::string FusedGraph::ModuleText(const std::vector<int>& outputs) {
+  refs_.clear();
+  std::string functions, body;
+  std::unordered_set<int> emitted;
+  std::string params;
+  for (size_t i = 0; i < param_ids_.size(); ++i) {
+    refs_[param_ids_[i]] = "%p" + std::to_string(i);
+    params += (i ? ", " : "") + refs_[param_ids_[i]] + ": " + value_types_[param_ids_[i]].str();
+  }
+  for (size_t c = 0; c < calls_.size(); ++c) {
+    const Call& call = calls_[c];
+    const Program& p = *call.program;
+    if (emitted.insert(p.id).second) functions += p.function_text;
+    std::string name = "%c" + std::to_string(c);
+    size_t n = p.result_types.size();
+    std::string line = "    ";
+    if (n == 1) line += name + " = ";
+    else if (n > 1) line += name + ":" + std::to_string(n) + " = ";
+    line += "\"func.call\"(";
+    std::string arg_types;
+    for (size_t i = 0; i < call.args.size(); ++i) {
+      line += (i ? ", " : "") + refs_.at(call.args[i]);
+      arg_types += (i ? ", " : "") + value_types_[call.args[i]].str();
+    }
+    std::string result_types;
+    for (size_t i = 0; i < n; ++i) {
+      result_types += (i ? ", " : "") + p.result_types[i].str();
+      refs_[call.first_result + static_cast<int>(i)] = n == 1 ? name : name + "#" + std::to_string(i);
+    }
+    line += ") {callee = @f" + std::to_string(p.id) + "} : (" + arg_types + ") -> (" + result_types + ")\n";
+    body += line;
+  }
+  std::vector<int> results = outputs;
+  for (const auto& ch : checks_) results.push_back(ch.first);
+  std::string types, refs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    types += (i ? ", " : "") + value_types_[results[i]].str();
+    refs += (i ? ", " : "") + refs_.at(results[i]);
+  }
+  std::string main = "  func.func public @main(" + params + ") -> (" + types + ") {\n" + body +
+                     "    \"func.return\"(" + refs + ") : (" + types + ") -> ()\n  }\n";
+  return shlo::WrapModule(functions + main);
+}
+
+void FusedGraph::Reset() {
+  for (auto& [uid, weak] : pending_order_)
+    if (std::shared_ptr<TpuStorage> s = weak.lock()) s->pending = false;
+  device_ = -1;
+  calls_.clear();
+  programs_.clear();
+  params_.clear();
+  param_ids_.clear();
+  value_types_.clear();
+  storage_value_.clear();
+  elem_.clear();
+  pending_order_.clear();
+  pending_uids_.clear();
+  checks_.clear();
+  key_.clear();
+}
+
+}  // namespace tpu::runtime

@@ -1,0 +1,57 @@
+// Fused eager mode's open graph: requests are recorded, not run; at a sync point the whole
+// graph runs as one program that calls each op's program as a function. Storages written by
+// recorded ops are "pending" until then.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "program.h"
+#include "runtime.h"
+
+namespace tpu::runtime {
+
+class FusedGraph {
+ public:
+  bool empty() const { return calls_.empty(); }
+  int device() const { return device_; }
+  size_t num_ops() const { return calls_.size(); }
+
+  void Record(const Request& request);
+  // Runs the recorded ops as one program and hands every live pending storage its value.
+  void Flush(const char* cause);
+
+ private:
+  struct Call {
+    Program* program;
+    std::vector<int> args;
+    int first_result;
+  };
+  using Targets = std::vector<std::pair<std::shared_ptr<TpuStorage>, shlo::ElemType>>;
+
+  void RunOneByOne(const std::vector<int>& outputs, const Targets& targets);
+  int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type);
+  void MarkPending(TpuStorage* s, int value, shlo::ElemType elem);
+  std::string ModuleText(const std::vector<int>& outputs);
+  void Reset();
+
+  int device_ = -1;
+  std::vector<Call> calls_;
+  std::vector<std::shared_ptr<Program>> programs_;  // keeps every recorded program alive
+  std::vector<pjrt::BufferPtr> params_;
+  std::vector<int> param_ids_;
+  std::vector<shlo::TensorType> value_types_;        // by value id: params and call results
+  std::unordered_map<uint64_t, int> storage_value_;  // storage uid -> its current value id
+  std::unordered_map<uint64_t, shlo::ElemType> elem_;
+  std::vector<std::pair<uint64_t, std::weak_ptr<TpuStorage>>> pending_order_;
+  std::unordered_set<uint64_t> pending_uids_;  // the uids in pending_order_
+  std::vector<std::pair<int, std::string>> checks_;
+  std::vector<int64_t> key_;
+  std::unordered_map<int, std::string> refs_;
+};
+
+}  // namespace tpu::runtime
