@@ -64,7 +64,12 @@ cpp-test: $(DEPS) /usr/include/gtest/gtest.h
 	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure
 
 # The whole suite runs in strict eager mode and again in the default (fused) mode.
+# The whole suite in one process compiles thousands of programs, and XLA's CPU JIT keeps three
+# memory mappings per kernel for the life of the process: the kernel's default
+# vm.max_map_count (65530) ran out at about 6,800 programs. As root, raise it first.
 py-test: build
+	@if [ "$$(id -u)" = 0 ] && [ "$$(cat /proc/sys/vm/max_map_count)" -lt 262144 ]; then \
+		sysctl -qw vm.max_map_count=262144 || echo "could not raise vm.max_map_count"; fi
 	TORCH_TPU_EAGER_MODE=strict $(PY) -m pytest tests -q $(PYTEST_ARGS)
 	env -u TORCH_TPU_EAGER_MODE $(PY) -m pytest tests -q $(PYTEST_ARGS)
 
