@@ -34,7 +34,9 @@ from . import _C  # noqa: E402
 __all__ = ["metrics", "reset_metrics", "native_ops", "platform", "set_eager_mode", "get_eager_mode", "eager_mode"]
 
 _plugin_choice = _plugin.choose()
-_C._configure(_plugin_choice.path, int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1")))
+# The device count (TORCH_TPU_NUM_DEVICES) is read and checked when the runtime starts, so a
+# bad value fails the first use with an error naming it, not `import torch`.
+_C._configure(_plugin_choice.path, 0)
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import device as _device_module  # noqa: E402

@@ -92,14 +92,24 @@ def current_device():
 
 
 def _index(device):
+    """The index of a tpu device argument (None: the current device); a device that does not
+    exist raises, as on CUDA, instead of reading or syncing nothing."""
     if device is None:
         return current_device()
     if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "tpu":
-        raise ValueError(f"expected a tpu device, got {device}")
-    return current_device() if device.index is None else device.index
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        if device.index is None:
+            return current_device()
+        index = device.index
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(f"tpu: invalid device index {index}: {count} device(s) available "
+                           "(set TORCH_TPU_NUM_DEVICES for more on the CPU plugin)")
+    return index
 
 
 def set_device(device):
@@ -282,6 +292,7 @@ _Properties = namedtuple(
 def get_device_name(device=None):
     """The PJRT platform that runs the device: 'tpu', 'cuda' or 'cpu'. Never pretends."""
     _lazy_init()
+    _index(device)
     return _C._platform()
 
 
@@ -300,6 +311,7 @@ def get_device_properties(device=None):
 
 
 def get_device_capability(device=None):
+    _index(device)
     return (0, 0)
 
 

@@ -62,6 +62,8 @@ at::Tensor Index(const at::Tensor& self, const c10::List<std::optional<at::Tenso
       dim++;
       continue;
     }
+    TORCH_CHECK(index->device() == self.device() || index->device().is_cpu(),
+                "indices should be either on cpu or on the same device as the indexed tensor (", self.device(), ")");
     at::Tensor t = index->device() == self.device() ? *index : index->to(self.device());
     if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) {
       for (int64_t j = 0; j < t.dim(); ++j) {

@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "dispatch.h"
+#include "../runtime/env.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -28,7 +29,7 @@ thread_local c10::DeviceIndex t_current_device = 0;
 
 int64_t MemoryLimitBytes() {
   static int64_t limit = [] {
-    if (const char* env = std::getenv("TORCH_TPU_MEMORY_LIMIT")) return static_cast<int64_t>(std::atoll(env));
+    if (auto bytes = runtime::EnvBytes("TORCH_TPU_MEMORY_LIMIT")) return *bytes;  // "100MB", "2GiB", "1e9"
     // The CPU plugin's memory is host memory: its physical size is the honest limit.
     return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
   }();

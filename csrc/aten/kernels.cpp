@@ -18,6 +18,8 @@
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 
 #include "common.h"
 #include "dispatch.h"
+#include "../runtime/env.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -129,15 +132,50 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
   return g;
 }
 
+namespace {
+// A KeyboardInterrupt during a lazy import inside an op (sympy, on the first op) leaves the
+// package's already-imported submodules in sys.modules without their package: importing it
+// again then fails forever ("module 'sympy' has no attribute 'core'"). Those orphans are
+// forgotten, so the next import starts clean and the process stays usable.
+void ForgetOrphanedModules() {
+  pybind11::gil_scoped_acquire gil;
+  PyObject* modules = PyImport_GetModuleDict();
+  for (bool removed = true; removed;) {  // again until no orphan is left (a.b, then a.b.c)
+    removed = false;
+    PyObject* names = PyDict_Keys(modules);
+    if (names == nullptr) break;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); ++i) {
+      PyObject* name = PyList_GET_ITEM(names, i);
+      const char* utf8 = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
+      if (utf8 == nullptr) continue;
+      std::string n = utf8;
+      size_t dot = n.rfind('.');
+      if (dot == std::string::npos || PyDict_GetItemString(modules, n.substr(0, dot).c_str())) continue;
+      removed |= PyDict_DelItem(modules, name) == 0;
+    }
+    Py_DECREF(names);
+  }
+  PyErr_Clear();
+}
+}  // namespace
+
 void RethrowAsTorchError(const std::exception& e, const std::string& what) {
   // A failed device-side assert raises its own message, as a CUDA device assert would.
   if (dynamic_cast<const runtime::DeviceAssertFailed*>(&e)) TORCH_CHECK_INDEX(false, e.what());
+  // An exception raised by Python code the op ran (a Python meta kernel, a lazy import) stays
+  // what it was: a KeyboardInterrupt is caught by `except KeyboardInterrupt`.
+  if (dynamic_cast<const python_error*>(&e) || dynamic_cast<const pybind11::error_already_set*>(&e)) {
+    ForgetOrphanedModules();
+    throw;
+  }
   if (auto* pe = dynamic_cast<const pjrt::Error*>(&e)) {
     TORCH_CHECK_WITH(OutOfMemoryError, !pe->out_of_memory(), "tpu: out of memory in ", what, ": ", e.what());
   }
   if (dynamic_cast<const std::out_of_range*>(&e)) TORCH_CHECK_INDEX(false, what, ": ", e.what());
+  if (dynamic_cast<const runtime::EnvError*>(&e)) TORCH_CHECK_VALUE(false, e.what());
   TORCH_CHECK(false, what, ": ", e.what());
 }
+
 
 namespace {
 

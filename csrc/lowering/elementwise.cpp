@@ -88,6 +88,14 @@ std::vector<Value> LowerUnaryKeepType(Ctx& ctx, const Args& a) {
   return {Apply(ctx, Op, CastTo(ctx, a.tensor(0), ctx.out()))};
 }
 
+// sign(x) = (0 < x) - (x < 0), as the CPU computes it: 0 for NaN (stablehlo.sign keeps NaN).
+std::vector<Value> LowerSign(Ctx& ctx, const Args& a) {
+  std::vector<Value> r = LowerUnaryKeepType<kSign>(ctx, a);
+  if (!IsFloat(ctx.out().elem) || IsComplex(a.tensor(0).type.elem)) return r;
+  Value x = CastTo(ctx, a.tensor(0), ctx.out());
+  return {ctx.b.Select(IsNan(ctx, x), Const(ctx, 0, r[0]), r[0])};
+}
+
 // trunc(x) = sign(x) * floor(|x|); integers are already whole.
 std::vector<Value> LowerTrunc(Ctx& ctx, const Args& a) {
   if (!IsFloat(ctx.out().elem)) return {CastTo(ctx, a.tensor(0), ctx.out())};
@@ -231,6 +239,13 @@ std::vector<Value> LowerMul(Ctx& ctx, const Args& a) {
   return LowerBinary<kMul>(ctx, a);
 }
 
+// Integer division, floor division and remainder by zero raise on the CPU (RuntimeError
+// "ZeroDivisionError"); XLA would return a value.
+void CheckNoIntegerZeroDivisor(Ctx& ctx, Value y) {
+  if (IsFloat(y.type.elem) || IsComplex(y.type.elem) || y.type.numel() == 0) return;
+  ctx.AddCheck(AnyTrue(ctx, ctx.b.Compare(Cmp::EQ, y, Const(ctx, 0, y))), "ZeroDivisionError", Ctx::ErrorKind::Runtime);
+}
+
 // Floor division as PyTorch computes it for floats (div_floor_floating): exact for
 // values where floor(a / b) would round the wrong way.
 Value FloorDivFloat(Ctx& ctx, Value x, Value y) {
@@ -267,6 +282,7 @@ std::vector<Value> LowerDiv(Ctx& ctx, const Args& a) {
   Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
   if (mode.empty()) return Result(ctx, Div(ctx, x, y));
   bool is_float = IsFloat(t.elem);
+  CheckNoIntegerZeroDivisor(ctx, y);
   if (mode == "trunc") {
     if (!is_float) return Result(ctx, Div(ctx, x, y));  // integer division truncates
     Value q = Div(ctx, x, y);
@@ -278,6 +294,7 @@ std::vector<Value> LowerDiv(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerFloorDivide(Ctx& ctx, const Args& a) {
   TensorType t = ComputeType(ctx.out());
   Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  CheckNoIntegerZeroDivisor(ctx, y);
   return Result(ctx, IsFloat(t.elem) ? FloorDivFloat(ctx, x, y) : FloorDivInt(ctx, x, y));
 }
 
@@ -285,6 +302,7 @@ std::vector<Value> LowerFloorDivide(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerRemainder(Ctx& ctx, const Args& a) {
   TensorType t = ComputeType(ctx.out());
   Value x = CastTo(ctx, a.tensor(0), t), y = CastTo(ctx, a.tensor(1), t);
+  CheckNoIntegerZeroDivisor(ctx, y);
   Value r = Apply(ctx, "stablehlo.remainder", x, y);
   Value zero = Const(ctx, 0, x);
   Value fix = ctx.b.Op1("stablehlo.and",
@@ -297,7 +315,9 @@ std::vector<Value> LowerRemainder(Ctx& ctx, const Args& a) {
 // fmod: C's fmod, the sign follows the dividend (stablehlo.remainder).
 std::vector<Value> LowerFmod(Ctx& ctx, const Args& a) {
   TensorType t = ComputeType(ctx.out());
-  return Result(ctx, Apply(ctx, "stablehlo.remainder", CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t)));
+  Value y = CastTo(ctx, a.tensor(1), t);
+  CheckNoIntegerZeroDivisor(ctx, y);
+  return Result(ctx, Apply(ctx, "stablehlo.remainder", CastTo(ctx, a.tensor(0), t), y));
 }
 
 // maximum/minimum propagate NaN, as PyTorch does.
@@ -1016,10 +1036,10 @@ TPU_LOWERING("aten::round.decimals", LowerRoundDecimals);
 TPU_LOWERING("aten::rsqrt", LowerUnary<kRsqrt>);
 TPU_LOWERING("aten::rsub.Scalar", LowerRsub);
 TPU_LOWERING("aten::rsub.Tensor", LowerRsub);
-TPU_LOWERING("aten::sgn", LowerUnaryKeepType<kSign>);  // sgn is sign on real types
+TPU_LOWERING("aten::sgn", LowerSign);  // sgn is sign on real types
 TPU_LOWERING("aten::sigmoid", LowerUnary<kSigmoid>);
 TPU_LOWERING("aten::sigmoid_backward", LowerSigmoidBackward);
-TPU_LOWERING("aten::sign", LowerUnaryKeepType<kSign>);
+TPU_LOWERING("aten::sign", LowerSign);
 TPU_LOWERING("aten::signbit", LowerSignbit);
 TPU_LOWERING("aten::silu", LowerSilu);
 TPU_LOWERING("aten::silu_backward", LowerSiluBackward);

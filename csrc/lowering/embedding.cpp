@@ -89,7 +89,21 @@ std::vector<Value> LowerEmbeddingBag(Ctx& ctx, const Args& a) {
   if (n) {
     ctx.AddCheck(IndexOutOfRange(ctx, indices, v, false),
                  "embedding_bag: index out of range: an index is out of bounds for dimension 0 with size " +
-                     std::to_string(v));
+                     std::to_string(v),
+                 Ctx::ErrorKind::Runtime);
+  }
+  Value offsets = S64(ctx, a.tensor(2));
+  if (int64_t b = offsets.type.numel()) {
+    // The CPU's checks of the bag starts.
+    Value first = ctx.b.Reshape(ctx.b.Slice(offsets, {0}, {1}, {1}), {});
+    ctx.AddCheck(ctx.b.Compare(Cmp::NE, first, ctx.b.ConstantInt(0, first.type)),
+                 "embedding_bag: offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start "
+                 "from position 0",
+                 Ctx::ErrorKind::Runtime);
+    Value last = ctx.b.Reshape(ctx.b.Slice(offsets, {b - 1}, {b}, {1}), {});
+    ctx.AddCheck(ctx.b.Compare(Cmp::GT, last, ctx.b.ConstantInt(n, last.type)),
+                 "embedding_bag: offsets[-1] can not be greater than input's length " + std::to_string(n),
+                 Ctx::ErrorKind::Runtime);
   }
   Value idx = S64(ctx, indices), bag = BagOf(ctx, a.tensor(2), n);
   Value member = Member(ctx, idx, bag, bags, padding_idx);

@@ -15,10 +15,16 @@ std::string OutOfBounds(const char* op, int64_t dim, int64_t size) {
          " with size " + std::to_string(size);
 }
 
+// The CPU raises RuntimeError for these ops' bad indices, IndexError for the others.
+bool RaisesRuntimeError(const std::string& op) {
+  return op == "gather" || op == "index_add" || op.rfind("scatter", 0) == 0;
+}
+
 // Reports any index outside [0, size) (or [-size, size)) along `dim` of the operand.
 void CheckIndex(Ctx& ctx, Value index, int64_t dim, int64_t size, bool allow_negative, const char* op) {
   if (index.type.numel() == 0) return;
-  ctx.AddCheck(IndexOutOfRange(ctx, index, size, allow_negative), OutOfBounds(op, dim, size));
+  ctx.AddCheck(IndexOutOfRange(ctx, index, size, allow_negative), OutOfBounds(op, dim, size),
+               RaisesRuntimeError(op) ? Ctx::ErrorKind::Runtime : Ctx::ErrorKind::Index);
 }
 
 // index_select(x, dim, index) = x gathered along dim.
@@ -32,7 +38,8 @@ std::vector<Value> LowerIndexSelect(Ctx& ctx, const Args& a) {
   }
   int64_t dim = WrapDim(a.int_(1), r);
   CheckIndex(ctx, index, dim, x.type.dims[dim], false, "index_select");
-  if (ctx.out().numel() == 0) return {Splat(ctx, 0, ctx.out())};
+  // An empty operand has no row to gather (every index fails the check): zeros stand in.
+  if (ctx.out().numel() == 0 || x.type.numel() == 0) return {Splat(ctx, 0, ctx.out())};
   int64_t n = index.type.numel();
   index = ctx.b.Reshape(index, {n, 1});
   std::vector<int64_t> offset_dims, slice_sizes = x.type.dims;
@@ -54,7 +61,7 @@ std::vector<Value> LowerGather(Ctx& ctx, const Args& a) {
   int64_t r = x.type.rank();
   int64_t dim = WrapDim(a.int_(1), r);
   CheckIndex(ctx, index, dim, r == 0 ? 1 : x.type.dims[dim], false, "gather");
-  if (ctx.out().numel() == 0) return {Splat(ctx, 0, ctx.out())};
+  if (ctx.out().numel() == 0 || x.type.numel() == 0) return {Splat(ctx, 0, ctx.out())};
   if (r == 0) return {BroadcastTo(ctx, x, ctx.out().dims)};
   return {GatherPoints(ctx, x, CoordsAlongDim(ctx, index, dim, r))};
 }
@@ -64,7 +71,7 @@ std::vector<Value> LowerTake(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0), index = a.tensor(1);
   int64_t n = x.type.numel();
   CheckIndex(ctx, index, 0, n, true, "take");
-  if (ctx.out().numel() == 0) return {Splat(ctx, 0, ctx.out())};
+  if (ctx.out().numel() == 0 || n == 0) return {Splat(ctx, 0, ctx.out())};
   return {ctx.b.Gather1D(ctx.b.Reshape(x, {n}), WrapIndex(ctx, index, n))};
 }
 
@@ -377,7 +384,8 @@ std::vector<Value> LowerIndex(Ctx& ctx, const Args& a) {
   const auto& indices = a.tensors(1);
   if (AllNone(indices)) return {self};
   AdvancedIndex ix = MakeIndex(ctx, self.type, indices, "index");
-  if (ctx.out().numel() == 0) return {Splat(ctx, 0, ctx.out())};
+  // Indexing a zero-size dim: every index fails the check, and a gather could not be typed.
+  if (ctx.out().numel() == 0 || self.type.numel() == 0) return {Splat(ctx, 0, ctx.out())};
   return {ctx.b.Reshape(IndexGather(ctx, self, ix), ctx.out().dims)};
 }
 

@@ -21,13 +21,53 @@ Value Dot(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<int64
   return ConvertTo(ctx, DotAcc(ctx, x, y, lb, rb, lc, rc), ctx.out().elem);
 }
 
+// Matrix products do not promote: operands of two dtypes raise, with the CPU's words.
+const char* ScalarTypeName(ElemType t) {
+  switch (t) {
+    case ElemType::F16: return "Half";
+    case ElemType::BF16: return "BFloat16";
+    case ElemType::F32: return "Float";
+    case ElemType::F64: return "Double";
+    case ElemType::S64: return "Long";
+    case ElemType::S32: return "Int";
+    case ElemType::C64: return "ComplexFloat";
+    case ElemType::C128: return "ComplexDouble";
+    default: return "another dtype";
+  }
+}
+const char* CppTypeName(ElemType t) {  // as caffe2::TypeMeta prints
+  switch (t) {
+    case ElemType::F16: return "c10::Half";
+    case ElemType::BF16: return "c10::BFloat16";
+    case ElemType::F32: return "float";
+    case ElemType::F64: return "double";
+    case ElemType::S64: return "long int";
+    case ElemType::S32: return "int";
+    case ElemType::C64: return "c10::complex<float>";
+    case ElemType::C128: return "c10::complex<double>";
+    default: return "another dtype";
+  }
+}
+
 // mm(a, b) = a @ b for 2-D operands.
-std::vector<Value> LowerMm(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {1}, {0})}; }
+std::vector<Value> LowerMm(Ctx& ctx, const Args& a) {
+  ElemType x = a.tensor(0).type.elem, y = a.tensor(1).type.elem;
+  if (x != y)
+    throw std::runtime_error(std::string("expected m1 and m2 to have the same dtype, but got: ") + CppTypeName(x) +
+                             " != " + CppTypeName(y));
+  return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {1}, {0})};
+}
 
 // bmm(a, b): batched over dim 0.
 std::vector<Value> LowerBmm(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {0}, {0}, {2}, {1})}; }
 
-std::vector<Value> LowerDot(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {0}, {0})}; }
+std::vector<Value> LowerDot(Ctx& ctx, const Args& a) {
+  ElemType x = a.tensor(0).type.elem, y = a.tensor(1).type.elem;
+  if (x != y)
+    throw std::runtime_error(std::string("dot : expected both vectors to have same dtype, but found ") +
+                             ScalarTypeName(x) + " and " + ScalarTypeName(y));
+  return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {0}, {0})};
+}
 
 std::vector<Value> LowerMv(Ctx& ctx, const Args& a) { return {Dot(ctx, a.tensor(0), a.tensor(1), {}, {}, {1}, {0})}; }
 
@@ -45,6 +85,10 @@ Value Blend(Ctx& ctx, Value self, Value product, const Args& a, size_t beta_arg)
 }
 
 std::vector<Value> LowerAddmm(Ctx& ctx, const Args& a) {
+  ElemType x = a.tensor(1).type.elem, y = a.tensor(2).type.elem, self = a.tensor(0).type.elem;
+  if (x != y || self != x)
+    throw std::runtime_error(std::string("self and mat2 must have the same dtype, but got ") +
+                             ScalarTypeName(x != y ? x : self) + " and " + ScalarTypeName(x != y ? y : x));
   return {Blend(ctx, a.tensor(0), DotAcc(ctx, a.tensor(1), a.tensor(2), {}, {}, {1}, {0}), a, 3)};
 }
 std::vector<Value> LowerAddmv(Ctx& ctx, const Args& a) {

@@ -49,7 +49,7 @@ struct MultiMargin {
 MultiMargin MultiMarginTerms(Ctx& ctx, Value x, const Args& a, size_t target, size_t p, size_t margin, size_t weight) {
   int64_t n = x.type.dims[0], c = x.type.dims[1];
   Value y = ctx.b.Reshape(ConvertTo(ctx, a.tensor(target), ElemType::S64), {n});
-  ctx.AddCheck(IndexOutOfRange(ctx, y, c, false), "multi_margin_loss: target out of range");
+  ctx.AddCheck(IndexOutOfRange(ctx, y, c, false), "multi_margin_loss: target out of range", Ctx::ErrorKind::Runtime);
   TensorType nc{ElemType::S64, {n, c}};
   MultiMargin m;
   m.onehot = ctx.b.Compare(Cmp::EQ, ctx.b.Iota(nc, 1), ctx.b.BroadcastInDim(y, nc.dims, {0}));
@@ -116,7 +116,7 @@ MultiLabel MultiLabelTerms(Ctx& ctx, Value x, Value target) {
                              ctx.b.ConstantInt(c, {ElemType::S64, {}}), {1}, "minimum");
   Value valid = ctx.b.Compare(Cmp::LT, ctx.b.Iota(nk, 1), ctx.b.BroadcastInDim(first, nk.dims, {0}));
   ctx.AddCheck(AnyTrue(ctx, And(ctx, valid, ctx.b.Compare(Cmp::GE, y, ctx.b.ConstantInt(c, nk)))),
-               "multilabel_margin_loss: target out of range");
+               "multilabel_margin_loss: target out of range", Ctx::ErrorKind::Runtime);
   std::vector<int64_t> nkj = {n, c, c};
   Value label = And(ctx, ctx.b.Compare(Cmp::EQ, ctx.b.BroadcastInDim(y, nkj, {0, 1}), ctx.b.Iota({ElemType::S64, nkj}, 2)),
                     ctx.b.BroadcastInDim(valid, nkj, {0, 1}));

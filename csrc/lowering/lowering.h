@@ -71,12 +71,18 @@ struct Ctx {
   // Device-side checks (like CUDA's device asserts): `failed` is a scalar i1 that is true
   // when the input was invalid (an index out of range). The runtime raises `message` no
   // later than the next synchronisation, and at the op in debug mode. Never clamp silently.
+  // `kind` is the Python exception the CPU raises for the same input (IndexError for most
+  // index checks, RuntimeError for gather/scatter, losses' own messages, ZeroDivisionError).
+  enum class ErrorKind { Index, Runtime, Value };
   struct Check {
     Value failed;
     std::string message;
+    ErrorKind kind = ErrorKind::Index;
   };
   std::vector<Check> checks;
-  void AddCheck(Value failed, std::string message) { checks.push_back({failed, std::move(message)}); }
+  void AddCheck(Value failed, std::string message, ErrorKind kind = ErrorKind::Index) {
+    checks.push_back({failed, std::move(message), kind});
+  }
 
   // Writes into tensor arguments that an op mutates besides its results (batch norm's running
   // stats, GradScaler's found_inf and growth tracker): argument index -> the argument's new

@@ -81,6 +81,18 @@ NllPieces Nll(Ctx& ctx, Value target, Value weight, int64_t ignore_index, int64_
   }
   Value valid = ctx.b.Compare(Cmp::NE, target, ctx.b.ConstantInt(ignore_index, {ElemType::S64, {n}}));
   w = ctx.b.Select(valid, w, ctx.b.Constant(0, {acc, {n}}));
+  // A target outside [0, C) that is not ignore_index raises, as on the CPU (the one-hot
+  // would drop it: a silent zero loss and gradient row).
+  if (n > 0) {
+    TensorType pred{ElemType::Pred, {n}};
+    Value out_of_range = ctx.b.Op1("stablehlo.or",
+                                   {ctx.b.Compare(Cmp::LT, target, ctx.b.ConstantInt(0, {ElemType::S64, {n}})),
+                                    ctx.b.Compare(Cmp::GE, target, ctx.b.ConstantInt(c, {ElemType::S64, {n}}))},
+                                   pred);
+    Value bad = ctx.b.Op1("stablehlo.and", {valid, out_of_range}, pred);
+    ctx.AddCheck(ctx.b.Reduce(bad, ctx.b.Constant(0, {ElemType::Pred, {}}), {0}, "or"),
+                 "Target is out of bounds (a class index outside [0, " + std::to_string(c) + "))");
+  }
   return {onehot, w};
 }
 

@@ -100,9 +100,15 @@ std::vector<Value> LowerAmax(Ctx& ctx, const Args& a) {
   return {ctx.b.Reshape(Extremum<kMax>(ctx, x, ReduceDims(a, 1, x.type.rank())), ctx.out().dims)};
 }
 
+// max()/min() of nothing have no value: the CPU raises (shapes are static, so it is known here).
 template <bool kMax>
 std::vector<Value> LowerMaxAll(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0);
+  if (x.type.numel() == 0) {
+    throw std::runtime_error(std::string(kMax ? "max" : "min") +
+                             "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                             "reduction dim with the 'dim' argument.");
+  }
   return {ctx.b.Reshape(Extremum<kMax>(ctx, x, AllDims(x.type.rank())), ctx.out().dims)};
 }
 
@@ -130,7 +136,12 @@ template <bool kMax>
 std::vector<Value> LowerMaxDim(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0);
   if (x.type.rank() == 0) return {x, ctx.b.ConstantInt(0, ctx.out(1))};
-  auto [m, idx] = ArgExtremum<kMax>(ctx, x, WrapDim(a.int_(1), x.type.rank()));
+  int64_t dim = WrapDim(a.int_(1), x.type.rank());
+  if (x.type.dims[dim] == 0) {  // IndexError on the CPU
+    throw std::out_of_range(std::string(kMax ? "max" : "min") + "(): Expected reduction dim " + std::to_string(dim) +
+                            " to have non-zero size.");
+  }
+  auto [m, idx] = ArgExtremum<kMax>(ctx, x, dim);
   return {ctx.b.Reshape(m, ctx.out(0).dims), ctx.b.Reshape(idx, ctx.out(1).dims)};
 }
 
@@ -333,7 +344,12 @@ std::vector<Value> LowerHistc(Ctx& ctx, const Args& a) {
     lo = ctx.b.Select(use_data, data_lo, lo);
     hi = ctx.b.Select(use_data, data_hi, hi);
   }
-  ctx.AddCheck(ctx.b.Compare(Cmp::GT, lo, hi), "histc: max must be larger than min");
+  ctx.AddCheck(ctx.b.Compare(Cmp::GT, lo, hi), "histc: max must be larger than min", Ctx::ErrorKind::Runtime);
+  if (IsFloat(e)) {  // the CPU refuses an infinite or NaN range (given, or taken from the data)
+    Value finite = ctx.b.Binary("and", ctx.b.Op1("stablehlo.is_finite", {lo}, {ElemType::Pred, {}}),
+                                 ctx.b.Op1("stablehlo.is_finite", {hi}, {ElemType::Pred, {}}));
+    ctx.AddCheck(ctx.b.Unary("not", finite), "torch.histc: range of [min, max] is not finite", Ctx::ErrorKind::Runtime);
+  }
   Value same = ctx.b.Compare(Cmp::EQ, lo, hi);
   lo = ctx.b.Select(same, ctx.b.Binary("subtract", lo, ctx.b.Constant(1, s)), lo);
   hi = ctx.b.Select(same, ctx.b.Binary("add", hi, ctx.b.Constant(1, s)), hi);

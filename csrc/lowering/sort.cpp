@@ -187,7 +187,19 @@ std::vector<Value> LowerSearchSorted(Ctx& ctx, const Args& a) {
   std::string side = a.str_or(4, "");
   if (!side.empty()) right = side == "right";
   Value sorter = a.optional_tensor(5);
-  if (sorter.valid()) sorter = ConvertTo(ctx, sorter, ElemType::S64);
+  if (sorter.valid()) {
+    sorter = ConvertTo(ctx, sorter, ElemType::S64);
+    if (sorter.type.numel() > 0) {
+      int64_t n = a.tensor(0).type.dims.back();
+      TensorType st = sorter.type;
+      Value bad = ctx.b.Binary("or", ctx.b.Compare(Cmp::LT, sorter, ctx.b.ConstantInt(0, st)),
+                               ctx.b.Compare(Cmp::GE, sorter, ctx.b.ConstantInt(n, st)));
+      std::vector<int64_t> all(st.rank());
+      for (int64_t i = 0; i < st.rank(); ++i) all[i] = i;
+      ctx.AddCheck(ctx.b.Reduce(bad, ctx.b.Constant(0, {ElemType::Pred, {}}), all, "or"),
+                   "torch.searchsorted(): sorter index out of range", Ctx::ErrorKind::Runtime);
+    }
+  }
   return {SearchSorted(ctx, a.tensor(0), a.tensor(1), right, sorter)};
 }
 

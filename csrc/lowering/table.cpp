@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <mutex>
 
@@ -93,10 +94,34 @@ const std::vector<int64_t>& Args::ints(size_t i) const {
 }
 const std::string& Args::str(size_t i) const { return at(i, Arg::Kind::String, "a string").s; }
 
+namespace {
+// Float to integer as PyTorch's CPU kernels convert on x86 (a C cast, cvtt*2si): values in
+// range truncate toward zero; NaN, +-inf and values out of range become the minimum of the
+// 32-bit (or 64-bit) intermediate; narrower types keep its low bits ([-1., 300.] to uint8 is
+// [255, 44]). XLA would saturate instead (NaN to 0).
+Value FloatToInt(Ctx& ctx, Value v, ElemType elem) {
+  if (elem == ElemType::U64) return ctx.b.Convert(v, elem);
+  if (v.type.elem == ElemType::F16 || v.type.elem == ElemType::BF16) v = ctx.b.Convert(v, ElemType::F32);
+  bool wide = elem == ElemType::S64 || elem == ElemType::U32;
+  ElemType via = wide ? ElemType::S64 : ElemType::S32;
+  double limit = wide ? 9223372036854775808.0 : 2147483648.0;
+  Value in_range = ctx.b.Op1("stablehlo.and",
+                             {ctx.b.Compare(Cmp::GE, v, ctx.b.Constant(-limit, v.type)),
+                              ctx.b.Compare(Cmp::LT, v, ctx.b.Constant(limit, v.type))},
+                             {ElemType::Pred, v.type.dims});
+  TensorType via_type{via, v.type.dims};
+  Value minimum = ctx.b.ConstantInt(wide ? INT64_MIN : INT32_MIN, via_type);
+  Value r = ctx.b.Select(in_range, ctx.b.Convert(v, via), minimum);
+  return elem == via ? r : ctx.b.Convert(r, elem);  // integer narrowing keeps the low bits
+}
+}  // namespace
+
 Value ConvertTo(Ctx& ctx, Value v, ElemType elem) {
   if (v.type.elem == elem) return v;
   // PyTorch casts float to bool as `x != 0`, while stablehlo.convert is the same; integer to
-  // bool likewise. Float to integer truncates toward zero in both.
+  // bool likewise.
+  if (IsFloat(v.type.elem) && !IsFloat(elem) && !IsComplex(elem) && elem != ElemType::Pred)
+    return FloatToInt(ctx, v, elem);
   // bool goes to float through s32: XLA rewrites convert(pred) * y and x / convert(pred) as
   // selects, which turn False * inf and False / False into 0 where PyTorch gives NaN.
   if (v.type.elem == ElemType::Pred && IsFloat(elem)) v = ctx.b.Convert(v, ElemType::S32);

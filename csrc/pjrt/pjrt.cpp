@@ -74,9 +74,29 @@ std::shared_ptr<Plugin> Plugin::Load(const std::string& path) {
   auto plugin = std::make_shared<Plugin>();
   plugin->api_ = get_api();
   plugin->path_ = path;
-  if (plugin->api_ == nullptr || plugin->api_major() != PJRT_API_MAJOR) {
-    throw Error("PJRT plugin '" + path + "' has an unsupported API major version", 9);
+  if (plugin->api_ == nullptr) throw Error("PJRT plugin '" + path + "': GetPjrtApi returned NULL", 9);
+  // A table too short or missing a call every use needs would crash at that call instead.
+  const PJRT_Api* api = plugin->api_;
+  if (api->struct_size < offsetof(PJRT_Api, PJRT_Client_Create) + sizeof(api->PJRT_Client_Create)) {
+    throw Error("PJRT plugin '" + path + "': GetPjrtApi returned a table of " + std::to_string(api->struct_size) +
+                    " bytes, too short to be a PJRT API",
+                9);
   }
+  if (plugin->api_major() != PJRT_API_MAJOR) {
+    throw Error("PJRT plugin '" + path + "' has PJRT API major version " + std::to_string(plugin->api_major()) +
+                    ", this build supports " + std::to_string(PJRT_API_MAJOR),
+                9);
+  }
+  const char* missing = !PJRT_HAS(api, PJRT_Error_Destroy)     ? "PJRT_Error_Destroy"
+                        : !PJRT_HAS(api, PJRT_Error_Message)   ? "PJRT_Error_Message"
+                        : !PJRT_HAS(api, PJRT_Error_GetCode)   ? "PJRT_Error_GetCode"
+                        : !PJRT_HAS(api, PJRT_Client_Create)   ? "PJRT_Client_Create"
+                        : !PJRT_HAS(api, PJRT_Client_Destroy)  ? "PJRT_Client_Destroy"
+                        : !PJRT_HAS(api, PJRT_Client_Compile)  ? "PJRT_Client_Compile"
+                        : !PJRT_HAS(api, PJRT_Buffer_Destroy)  ? "PJRT_Buffer_Destroy"
+                        : !PJRT_HAS(api, PJRT_LoadedExecutable_Execute) ? "PJRT_LoadedExecutable_Execute"
+                                                                        : nullptr;
+  if (missing) throw Error("PJRT plugin '" + path + "': its API table has no " + missing, 9);
   if (PJRT_HAS(plugin->api_, PJRT_Plugin_Initialize)) {
     auto args = Args<PJRT_Plugin_Initialize_Args>();
     plugin->Check(plugin->api_->PJRT_Plugin_Initialize(&args), "PJRT_Plugin_Initialize");
@@ -152,6 +172,18 @@ void Buffer::Await() const {
   args.buffer = raw_;
   plugin_->Check(plugin_->api()->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent");
   AwaitEvent(*plugin_, args.event, "device computation");
+}
+
+bool Buffer::IsReady() const {
+  auto args = Args<PJRT_Buffer_ReadyEvent_Args>();
+  args.buffer = raw_;
+  PJRT_Error* err = plugin_->api()->PJRT_Buffer_ReadyEvent(&args);
+  if (err) {
+    DropError(plugin_->api(), err);
+    return true;  // whoever reads it sees the error
+  }
+  Event event(plugin_, args.event);
+  return event.IsReady();
 }
 
 Executable::Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* raw)

@@ -60,6 +60,8 @@ class Buffer {
   void ToHost(void* dst, size_t nbytes) const;
   // Waits until the buffer's value is computed; throws the computation's error if any.
   void Await() const;
+  // Whether the value is computed (or its computation failed), without waiting.
+  bool IsReady() const;
 
  private:
   bool CopyFromHostMemory(void* dst, size_t nbytes) const;

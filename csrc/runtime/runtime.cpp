@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "../lowering/lowering.h"
 #include "compile_notice.h"
 #include "disk_cache.h"
 #include "executor.h"
+#include "env.h"
 #include "metrics.h"
 
 namespace tpu::runtime {
@@ -122,6 +124,14 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   if (config_.plugin_path.empty()) {
     throw pjrt::Error("no PJRT plugin configured (set TORCH_TPU_PJRT_PLUGIN or install xla-cpu-pjrt)", 5);
   }
+  // Every setting is checked before the client starts, so a bad value fails the first use
+  // with an error that names the variable (never a misread number, a hang or a crash).
+  // c10::DeviceIndex is 8 bits; the CPU plugin also starts a thread pool per device.
+  if (config_.num_devices <= 0) config_.num_devices = static_cast<int>(EnvInt("TORCH_TPU_NUM_DEVICES", 1, 64).value_or(1));
+  if (auto v = EnvInt("TORCH_TPU_MAX_PROGRAMS", 1, INT64_MAX)) max_programs_ = static_cast<size_t>(*v);
+  std::optional<int64_t> max_mappings = EnvInt("TORCH_TPU_MAX_MAPPINGS", 1, INT64_MAX);
+  (void)EnvBytes("TORCH_TPU_MEMORY_LIMIT");
+  (void)EnvBytes("TORCH_TPU_CACHE_MAX_BYTES");
   auto plugin = pjrt::Plugin::Load(config_.plugin_path);
   // Only the CPU plugin knows cpu_device_count; it is the one whose path says so.
   bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;
@@ -139,7 +149,6 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   // Every platform but the XLA CPU plugin compiles chlo.ragged_dot (TORCH_TPU_RAGGED_DOT=0/1 overrides).
   const char* ragged = std::getenv("TORCH_TPU_RAGGED_DOT");
   lowering::SetRaggedDot(ragged && *ragged ? std::string(ragged) != "0" : client_->platform_name() != "cpu");
-  if (const char* env = std::getenv("TORCH_TPU_MAX_PROGRAMS")) max_programs_ = std::max<long long>(1, std::atoll(env));
   if (client_->platform_name() == "cpu") {
     long long max_maps = 65530;
     if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
@@ -148,7 +157,7 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
     }
     max_mappings_ = static_cast<size_t>(std::max<long long>(1000, max_maps));
   }
-  if (const char* env = std::getenv("TORCH_TPU_MAX_MAPPINGS")) max_mappings_ = std::max<long long>(1, std::atoll(env));
+  if (max_mappings) max_mappings_ = static_cast<size_t>(*max_mappings);
 }
 
 // XLA's CPU JIT maps every kernel of a program into three memory mappings (code, constants,

@@ -1,0 +1,173 @@
+"""Where the CPU raises, tpu raises the same exception class, in strict and fused mode; where
+the CPU computes a value for odd input (NaN, out-of-range conversions), tpu computes the same.
+Checks only the device can make (a target or divisor read from a tensor) raise when the result
+is read, like CUDA's device-side asserts (tests/test_deferred_checks.py covers that mechanism)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+
+
+@pytest.fixture(params=["strict", "fused"], autouse=True)
+def mode(request):
+    with torch_tpu.eager_mode(request.param):
+        yield request.param
+
+
+def same_error(fn, match=None):
+    """fn(device) raises the same exception class on CPU and tpu (the tpu result is read)."""
+    with pytest.raises(Exception) as cpu:
+        fn("cpu")
+    with pytest.raises(type(cpu.value), match=match) as tpu:
+        r = fn("tpu")
+        for t in r if isinstance(r, tuple) else (r,):
+            t.cpu()
+    assert type(tpu.value) is type(cpu.value), (tpu.value, cpu.value)
+    return tpu.value
+
+
+LOGITS = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+LOGITS_2D = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("target", [3, -1, 7], ids=["C", "minus1", "far"])
+def test_loss_target_out_of_range(reduction, target):
+    tgt = torch.tensor([0, target, 1, 2])
+    for loss in (F.cross_entropy, lambda x, t, reduction: F.nll_loss(x.log_softmax(1), t, reduction=reduction)):
+        same_error(lambda d: loss(LOGITS.to(d), tgt.to(d), reduction=reduction), match="[Tt]arget")
+    # 1-d input (one sample), and the spatial form (nll_loss2d).
+    same_error(lambda d: F.cross_entropy(LOGITS[0].to(d), torch.tensor(target).to(d), reduction=reduction))
+    tgt2d = torch.zeros(2, 4, 4, dtype=torch.long)
+    tgt2d[1, 2, 3] = target
+    same_error(lambda d: F.cross_entropy(LOGITS_2D.to(d), tgt2d.to(d), reduction=reduction))
+
+
+def test_loss_gradient_of_a_bad_target_raises_too():
+    x = LOGITS.to("tpu").requires_grad_()
+    loss = F.cross_entropy(x, torch.tensor([0, 3, 1, 2]).to("tpu"))
+    loss.backward()
+    with pytest.raises(IndexError, match="[Tt]arget"):
+        x.grad.cpu()
+
+
+def test_ignore_index_is_not_out_of_range():
+    tgt = torch.tensor([0, -100, 1, -100])
+    r = F.cross_entropy(LOGITS.to("tpu"), tgt.to("tpu"))
+    torch.testing.assert_close(r.cpu(), F.cross_entropy(LOGITS, tgt))
+    r = F.cross_entropy(LOGITS.to("tpu"), torch.tensor([0, 5, 1, 2]).to("tpu"), ignore_index=5)
+    torch.testing.assert_close(r.cpu(), F.cross_entropy(LOGITS, torch.tensor([0, 5, 1, 2]), ignore_index=5))
+
+
+AUDIT = {
+    "bincount_negative": lambda d: torch.bincount(torch.tensor([-1, 2]).to(d)),
+    "repeat_interleave_negative": lambda d: torch.repeat_interleave(torch.tensor([1, -1]).to(d)),
+    "index_reduce": lambda d: torch.zeros(3).to(d).index_reduce(0, torch.tensor([5]).to(d), torch.ones(1).to(d),
+                                                                "prod"),
+    "histc_min_above_max": lambda d: torch.histc(torch.ones(3).to(d), bins=3, min=2, max=1),
+    "take": lambda d: torch.take(LOGITS.to(d), torch.tensor([12]).to(d)),
+    "put": lambda d: LOGITS.clone().to(d).put_(torch.tensor([-13]).to(d), torch.ones(1).to(d)),
+    "index_copy": lambda d: LOGITS.to(d).index_copy(0, torch.tensor([4]).to(d), torch.ones(1, 3).to(d)),
+    "index_fill": lambda d: LOGITS.to(d).index_fill(1, torch.tensor([3]).to(d), 0.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUDIT))
+def test_index_validating_ops_raise_like_the_cpu(case):
+    same_error(AUDIT[case])
+
+
+@pytest.mark.parametrize("case", [
+    lambda d: torch.ones(0, device=d).max(),
+    lambda d: torch.ones(0, device=d).min(),
+    lambda d: torch.ones(0, 3, device=d).max(0),
+    lambda d: torch.ones(0, 3, device=d).min(0),
+    lambda d: torch.ones(0, 3, device=d).argmax(0),
+    lambda d: torch.ones(0, device=d).argmin(),
+    lambda d: torch.ones(0, 3, device=d).amax(0),
+], ids=["max", "min", "max_dim", "min_dim", "argmax_dim", "argmin", "amax_dim"])
+def test_empty_reductions_raise(case):
+    same_error(case)
+
+
+def test_float_division_by_zero_is_not_an_error():
+    for d in ["cpu", "tpu"]:
+        r = torch.tensor([5.0, -3.0, 0.0], device=d) // torch.tensor([0.0, 0.0, 0.0], device=d)
+        assert torch.equal(r.cpu().isnan(), torch.tensor([False, False, True]))
+
+
+@pytest.mark.parametrize("case", [
+    lambda d: torch.ones(2, 2, device=d) @ torch.ones(2, 2, device=d, dtype=torch.float64),
+    lambda d: torch.mm(torch.ones(2, 2, device=d, dtype=torch.float64), torch.ones(2, 2, device=d)),
+    lambda d: torch.addmm(torch.ones(2, 2, device=d), torch.ones(2, 2, device=d),
+                          torch.ones(2, 2, device=d, dtype=torch.float64)),
+    lambda d: torch.dot(torch.ones(2, device=d), torch.ones(2, device=d, dtype=torch.float64)),
+    lambda d: torch.ones(1, 2, 2, device=d) @ torch.ones(1, 2, 2, device=d, dtype=torch.float64),
+], ids=["matmul", "mm", "addmm", "dot", "bmm"])
+def test_matmul_of_two_dtypes_raises(case):
+    err = same_error(case)
+    assert "dtype" in str(err) or "scalar type" in str(err)
+
+
+def test_sign_of_nan_is_zero():
+    x = torch.tensor([float("nan"), -2.0, 0.0, -0.0, 3.0, float("inf")])
+    for fn in (torch.sign, torch.sgn):
+        torch.testing.assert_close(fn(x.to("tpu")).cpu(), fn(x), equal_nan=True)
+
+
+FLOATS = torch.tensor([-1.0, 300.0, float("nan"), 1e10, -1e10, float("inf"), float("-inf"), 2.9, -2.9, 70000.0,
+                       3e9, -3e9, 1e19, -1e19, 127.5, -128.7])
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64],
+                         ids=str)
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_float_to_integer_conversion_matches_the_cpu(source, dtype):
+    x = FLOATS.to(source)
+    assert torch.equal(x.to("tpu").to(dtype).cpu(), x.to(dtype))
+    # Inside a program too (a conversion the lowering emits, not only the copy).
+    assert torch.equal((x.to("tpu") * 1).to(dtype).cpu(), (x * 1).to(dtype))
+
+
+def test_full_overlap_and_disjoint_views_are_fine():
+    for d in ["cpu", "tpu"]:
+        x = torch.arange(4.0, device=d)
+        torch.add(x, 1, out=x)  # exactly the same memory: allowed
+        x[2:].add_(x[:2])       # disjoint halves of one storage
+        assert torch.equal(x.cpu(), torch.tensor([1.0, 2.0, 4.0, 6.0]))
+
+
+def test_indexing_a_zero_size_dim_raises_index_error_only_there():
+    keep = torch.arange(6.0, device="tpu").reshape(2, 3) * 2  # same deferred graph in fused mode
+    with pytest.raises(IndexError):
+        torch.ones(0, 3, device="tpu")[torch.tensor([0]).to("tpu")].cpu()
+    assert torch.equal(keep.cpu(), torch.arange(6.0).reshape(2, 3) * 2)
+    with pytest.raises(IndexError):
+        torch.ones(0, 3, device="tpu").index_select(0, torch.tensor([0]).to("tpu")).cpu()
+    # An empty index of an empty dim is fine, as on the CPU.
+    assert torch.ones(0, 3, device="tpu")[torch.tensor([], dtype=torch.long).to("tpu")].shape == (0, 3)
+
+
+@pytest.mark.parametrize("fn", ["memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
+                                "reset_peak_memory_stats", "mem_get_info", "synchronize", "get_device_name",
+                                "get_device_properties", "set_device", "get_device_capability"])
+def test_device_index_that_does_not_exist_raises(fn):
+    f = getattr(torch.tpu, fn, None)
+    if f is None:
+        pytest.skip(f"torch.tpu has no {fn}")
+    with pytest.raises((RuntimeError, ValueError, AssertionError), match="7"):
+        f(7)
+    with pytest.raises((RuntimeError, ValueError, AssertionError)):
+        f(-2)
+    f(torch.tpu.device_count() - 1)  # the last device is fine
+    torch.tpu.set_device(0)
+
+
+def test_index_on_another_device_raises_like_cuda():
+    x = torch.ones(3, device="tpu:0")
+    with pytest.raises(RuntimeError, match="same device"):
+        x[torch.tensor([0]).to("tpu:1")]
+    with pytest.raises(RuntimeError, match="same device"):
+        x.index_put_((torch.tensor([0]).to("tpu:1"),), torch.ones(1, device="tpu:0"))
+    assert torch.equal(x[torch.tensor([0])].cpu(), torch.ones(1))  # CPU indices are fine, as on CUDA
