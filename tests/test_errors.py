@@ -219,7 +219,7 @@ STRICT_CODE = textwrap.dedent("""
     x = torch.tensor([[2.0, 1.0], [1.0, 3.0]], device="tpu")
     print("PRINTED", x)  # printing needs no fallback, so strict mode allows it
     try:
-        d = torch.special.bessel_y0(x).sum()  # no lowering: a CPU fallback
+        d = torch.linalg.ldl_factor(x)[0].sum()  # no lowering: a CPU fallback
         print("RESULT", d.cpu().item())
     except RuntimeError as e:
         print("RAISED", e)
@@ -233,7 +233,7 @@ def test_strict_mode_makes_fallback_raise():
     assert "PRINTED tensor([[2., 1.]," in r.stdout
     r = run_python(STRICT_CODE, env={"TORCH_TPU_STRICT": "0"})
     assert r.returncode == 0, r.stderr
-    assert "RESULT 1.06" in r.stdout, r.stdout + r.stderr  # y0(2) + 2 y0(1) + y0(3)
+    assert "RESULT 5.0" in r.stdout, r.stdout + r.stderr  # LD of [[2, 1], [1, 3]]: 2 + 0.5 + 2.5
 
 
 def test_fallback_warns_once_and_counts():
@@ -241,22 +241,22 @@ def test_fallback_warns_once_and_counts():
 
     import torch_tpu
 
-    # An op with no lowering (Bessel functions): it runs through the counted CPU fallback.
-    op = "aten::special_bessel_y0.out"
+    # An op with no lowering (LDL factorization): it runs through the counted CPU fallback.
+    op = "aten::linalg_ldl_factor_ex.out"
     before = torch_tpu.metrics()["cpu_fallbacks_by_op"].get(op, 0)
-    x = torch.arange(6.0).reshape(2, 3)
+    x = torch.tensor([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
     t = x.to("tpu")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        r1 = torch.special.bessel_y0(t)
-        r2 = torch.special.bessel_y0(t * 2)
-    torch.testing.assert_close(r1.cpu(), torch.special.bessel_y0(x))
-    torch.testing.assert_close(r2.cpu(), torch.special.bessel_y0(x * 2))
+        r1 = torch.linalg.ldl_factor(t)[0]
+        r2 = torch.linalg.ldl_factor(t * 2)[0]
+    torch.testing.assert_close(r1.cpu(), torch.linalg.ldl_factor(x)[0])
+    torch.testing.assert_close(r2.cpu(), torch.linalg.ldl_factor(x * 2)[0])
     assert r1.device.type == "tpu"
     counts = torch_tpu.metrics()["cpu_fallbacks_by_op"]
     assert counts.get(op, 0) == before + 2
     assert torch_tpu.metrics()["cpu_fallbacks"] >= 2
-    mine = [w for w in caught if "bessel_y0" in str(w.message)]
+    mine = [w for w in caught if "ldl_factor" in str(w.message)]
     assert len(mine) <= 1  # once per process: an earlier test may already have triggered it
     # A fresh process sees exactly one warning for two calls.
     code = textwrap.dedent("""
@@ -264,10 +264,10 @@ def test_fallback_warns_once_and_counts():
         warnings.simplefilter("always")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            t = torch.arange(6.0, device="tpu")
-            torch.special.bessel_y0(t); torch.special.bessel_y0(t + 1)
-        print("WARNINGS", sum("bessel_y0" in str(w.message) for w in caught))
-        print("COUNT", torch_tpu.metrics()["cpu_fallbacks_by_op"]["aten::special_bessel_y0.out"])
+            t = torch.eye(3, device="tpu") * 2
+            torch.linalg.ldl_factor(t); torch.linalg.ldl_factor(t + 1)
+        print("WARNINGS", sum("ldl_factor" in str(w.message) for w in caught))
+        print("COUNT", torch_tpu.metrics()["cpu_fallbacks_by_op"]["aten::linalg_ldl_factor_ex.out"])
     """)
     r = run_python(code)
     assert r.returncode == 0, r.stderr
