@@ -70,3 +70,18 @@ def pytest_terminal_summary(terminalreporter):
     opinfo = sys.modules.get("test_opinfo")  # which part of the OpInfo database this run checked
     if opinfo is not None:
         terminalreporter.write_line(f"{opinfo.PART_LINE}: {len(opinfo.ENTRIES)} entries")
+
+
+class native:
+    """Asserts that the block ran without a CPU fallback (other than the `allow`ed ops)."""
+
+    def __init__(self, allow=()):
+        self.allow = set(allow)
+
+    def __enter__(self):
+        torch_tpu.metrics.reset()
+
+    def __exit__(self, exc_type, *_):
+        if exc_type is None:
+            fallbacks = set(torch_tpu.metrics()["cpu_fallbacks_by_op"]) - self.allow
+            assert not fallbacks, f"ran on the CPU: {fallbacks}"

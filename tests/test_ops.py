@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_tpu
+from conftest import native
 from torch.testing import assert_close, make_tensor
 
 # out= into a wrongly-sized tensor warns about the resize, and var/std with correction >= N
@@ -42,21 +43,6 @@ def _to(device):
         return m.requires_grad_() if t.requires_grad else m
 
     return move
-
-
-class native:
-    """Asserts that the block ran without a CPU fallback (other than the `allow`ed ops)."""
-
-    def __init__(self, allow=()):
-        self.allow = set(allow)
-
-    def __enter__(self):
-        torch_tpu.metrics.reset()
-
-    def __exit__(self, exc_type, *_):
-        if exc_type is None:
-            fallbacks = set(torch_tpu.metrics()["cpu_fallbacks_by_op"]) - self.allow
-            assert not fallbacks, f"ran on the CPU: {fallbacks}"
 
 
 def close(actual, expected, **tol):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_tpu
+from conftest import native
 
 TPU = "tpu"
 
@@ -18,14 +19,6 @@ DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.i
           torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128]
 
 
-class native:
-    def __enter__(self):
-        torch_tpu.metrics.reset()
-
-    def __exit__(self, exc_type, *_):
-        if exc_type is None:
-            fallbacks = torch_tpu.metrics()["cpu_fallbacks_by_op"]
-            assert not fallbacks, f"ran on the CPU: {fallbacks}"
 
 
 def sample(dtype, n=8):

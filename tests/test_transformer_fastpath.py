@@ -9,20 +9,11 @@ import torch
 import torch.nn as nn
 
 import torch_tpu
+from conftest import native
 
 TPU = "tpu"
 
 
-class native:
-    """Asserts that the block ran no op on the CPU."""
-
-    def __enter__(self):
-        torch_tpu.metrics.reset()
-
-    def __exit__(self, exc_type, *_):
-        if exc_type is None:
-            fallbacks = torch_tpu.metrics()["cpu_fallbacks_by_op"]
-            assert not fallbacks, f"ran on the CPU: {fallbacks}"
 
 
 def _fast_path_ops(fn, *args):
