@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_tpu
+from conftest import native  # noqa: F401  (test_nn_coverage imports it from here)
 from torch.testing import assert_close
 
 pytestmark = pytest.mark.filterwarnings("ignore:reduction. .mean. divides the total loss")
@@ -21,19 +22,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:reduction. .mean. divides the to
 TPU = "tpu"
 F32, BF16 = torch.float32, torch.bfloat16
 BF16_TOL = dict(atol=3e-2, rtol=2e-2)
-
-
-class native:
-    def __init__(self, allow=()):
-        self.allow = set(allow)
-
-    def __enter__(self):
-        torch_tpu.metrics.reset()
-
-    def __exit__(self, exc_type, *_):
-        if exc_type is None:
-            fallbacks = set(torch_tpu.metrics()["cpu_fallbacks_by_op"]) - self.allow
-            assert not fallbacks, f"ran on the CPU: {fallbacks}"
 
 
 def _leaves(args, device, dtype, grad):
