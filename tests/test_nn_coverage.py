@@ -105,18 +105,20 @@ def test_multi_margin_loss(p, reduction):
     check(lambda x: F.multi_margin_loss(x, target.to(x.device), p=p, margin=0.7, reduction=reduction), x, grad=True)
     check(lambda x: F.multi_margin_loss(x, target.to(x.device), p=p, weight=w.to(x.device), reduction=reduction), x,
           grad=True)
-    if reduction != "none":  # 1-D, unreduced: PyTorch's Meta kernel says (1,), its CPU kernel ()
-        check(lambda x: F.multi_margin_loss(x, torch.tensor(2, device=x.device), p=p, reduction=reduction), randn(7),
-              grad=True)
+    # One sample: a 0-dim target gives a 0-dim unreduced loss, a (1,) target a (1,) one (torch_tpu/_meta.py).
+    check(lambda x: F.multi_margin_loss(x, torch.tensor(2, device=x.device), p=p, reduction=reduction), randn(7),
+          grad=True)
+    check(lambda x: F.multi_margin_loss(x, torch.tensor([2], device=x.device), p=p, reduction=reduction), randn(7),
+          grad=True)
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_multilabel_margin_loss(reduction):
     target = torch.tensor([[3, 0, -1, 1], [1, 2, 3, 0], [2, 2, -1, -1], [-1, 1, 2, 3]])
     check(lambda x: F.multilabel_margin_loss(x, target.to(x.device), reduction=reduction), randn(4, 4), grad=True)
-    if reduction != "none":  # 1-D, unreduced: PyTorch's Meta kernel says (1,), its CPU kernel ()
-        check(lambda x: F.multilabel_margin_loss(x, torch.tensor([1, -1, 0, 0], device=x.device), reduction=reduction),
-              randn(4), grad=True)
+    # One sample (1-D): the unreduced loss is 0-dim, as on the CPU (torch_tpu/_meta.py).
+    check(lambda x: F.multilabel_margin_loss(x, torch.tensor([1, -1, 0, 0], device=x.device), reduction=reduction),
+          randn(4), grad=True)
 
 
 def test_margin_loss_bad_target_raises():

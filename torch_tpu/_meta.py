@@ -5,6 +5,11 @@ tensors alike). PyTorch's Meta kernel of aten::_grouped_mm copies the CUDA kerne
 (bf16 only, 16-byte aligned strides), while the op itself (its CPU kernel, and tpu's lowering)
 takes float32, bfloat16 and float16. This one checks what the CPU kernel checks, so a call
 raises where the CPU raises; on tpu the offsets' values are checked on the device.
+
+The margin losses' Meta kernels are their decompositions, which make a single sample a batch of
+one: with reduction='none' they give shape (1,) where the CPU kernel gives a 0-dim loss (for
+multi_margin_loss when the target is 0-dim, for multilabel_margin_loss when it is 1-D). These
+wrap them and give the CPU's shape.
 """
 import torch
 
@@ -42,6 +47,18 @@ def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return mat_a.new_empty(size, dtype=out_dtype or mat_a.dtype)
 
 
+def _multi_margin_loss_meta(input, target, p=1, margin=1, weight=None, reduction=1):
+    from torch._decomp import decompositions
+    loss = decompositions.multi_margin_loss(input, target, p, margin, weight, reduction)
+    return loss.reshape(()) if reduction == 0 and target.dim() == 0 else loss
+
+
+def _multilabel_margin_loss_forward_meta(input, target, reduction):
+    from torch._decomp import decompositions
+    loss, is_target = decompositions.multilabel_margin_loss_forward(input, target, reduction)
+    return (loss.reshape(()) if reduction == 0 and target.dim() <= 1 else loss), is_target
+
+
 _lib = None
 
 
@@ -53,9 +70,11 @@ def install():
         return
     from torch._decomp import global_decomposition_table
 
-    op = torch.ops.aten._grouped_mm.default
     _lib = torch.library.Library("aten", "IMPL")
-    _lib.impl("_grouped_mm", _grouped_mm_meta, "Meta")
-    op.py_kernels[torch._C.DispatchKey.Meta] = _grouped_mm_meta
-    op._dispatch_cache.clear()
-    global_decomposition_table["meta"][op] = _grouped_mm_meta
+    for name, meta in (("_grouped_mm", _grouped_mm_meta), ("multi_margin_loss", _multi_margin_loss_meta),
+                       ("multilabel_margin_loss_forward", _multilabel_margin_loss_forward_meta)):
+        op = getattr(torch.ops.aten, name).default
+        _lib.impl(name, meta, "Meta")
+        op.py_kernels[torch._C.DispatchKey.Meta] = meta
+        op._dispatch_cache.clear()
+        global_decomposition_table["meta"][op] = meta
