@@ -4,10 +4,9 @@ The rule (torch_tpu.testing.opcheck.gate_always / gate_entries): every run check
 named after a lowered op and as few others as reach every native op (torch_tpu.native_ops())
 that some OpInfo reaches, each in float32, bfloat16, int64 and bool where the CPU supports
 them (first sample) and its float32 gradient when differentiable; the other OpInfos are dealt
-to opcheck.GATE_PARTS parts, one checked per run (TORCH_TPU_OPINFO_SHARD=day picks it by the
-day number; =<part> or =all), so the whole database is covered every GATE_PARTS runs. The run
-prints which part it checked. Without TORCH_TPU_OPINFO_SHARD a hand-picked sample (4 samples
-each) runs instead, until the rule's entries have run clean in both eager modes.
+to opcheck.GATE_PARTS parts, one checked per run (the day number picks it;
+TORCH_TPU_OPINFO_SHARD=<part> or =all overrides), so the whole database is covered every
+GATE_PARTS days. The run prints which part it checked (tests/conftest.py).
 
 Each entry goes through opcheck.check_op: the function, in-place and out= variants against the
 CPU with PyTorch's tolerances, and the gradients for `grad` entries. It must pass natively (no
@@ -33,68 +32,15 @@ with open(KNOWN_FAILURES) as _f:
 OPS = {opcheck.entry_name(o): o for o in opcheck.select_ops()}
 ALWAYS, REACH = opcheck.gate_always(OPS.values(), torch_tpu.native_ops())
 
-# Until the whole rule-chosen gate has run clean in both eager modes on CI, a plain run checks
-# this hand-picked sample; TORCH_TPU_OPINFO_SHARD=<part>|all|day runs the rule's entries.
-F, B, H, L, I, Z = "float32", "bfloat16", "float16", "int64", "int32", "bool"
-
-# OpInfo name -> dtypes checked in CI; a representative of every lowering family.
-SUBSET = {
-    # elementwise
-    "add": (F, B, L, Z), "sub": (F, I), "mul": (F, B, Z), "div.no_rounding_mode": (F, L), "div.floor_rounding": (F, L),
-    "div.trunc_rounding": (L,), "floor_divide": (F, L), "remainder": (F, L), "fmod": (F, I), "pow": (F, L),
-    "exp": (F, B), "exp2": (F,), "log": (F, H), "log2": (F,), "sin": (F,), "tanh": (F, B), "sigmoid": (F,),
-    "erf": (F,), "erfc": (F,), "erfinv": (F,), "lgamma": (F,), "digamma": (B,), "round": (F, L),
-    "round.decimals_3": (F,), "frac": (F,), "trunc": (F,), "clamp": (F, L), "where": (F, Z), "masked_fill": (F, Z),
-    "maximum": (F, L), "fmax": (F,), "logical_and": (Z, L), "bitwise_xor": (L, Z), "copysign": (F,),
-    "hypot": (F,), "logaddexp": (F,), "xlogy": (F,), "nan_to_num": (F, B), "signbit": (F, L), "isposinf": (F,),
-    "heaviside": (F,), "sinc": (F,), "logit": (F,), "nextafter": (F,), "lerp": (F,), "addcdiv": (F,),
-    "special.i0e": (F,), "polygamma.polygamma_n_2": (F,), "frexp": (F,),
-    # reductions
-    "sum": (F, B, L, Z), "mean": (F, B), "prod": (F, L), "amax": (F, L), "argmax": (F, L), "max.reduction_with_dim": (F,),
-    "var_mean": (F, B), "std": (F,), "aminmax": (F, L), "nansum": (F,), "count_nonzero": (F, Z),
-    "linalg.vector_norm": (F, B), "norm": (F,), "logsumexp": (F,), "any": (Z, F), "all": (L,), "histc": (F,),
-    # cumulative, order statistics
-    "cumsum": (F, B, L), "cumprod": (F, L), "cummax": (F, L), "logcumsumexp": (F,), "sort": (F, B, L, Z),
-    "argsort": (F,), "topk": (F, L), "kthvalue": (F,), "median": (F, L), "nanmedian": (F,), "mode": (F, L),
-    "searchsorted": (F, L), "bucketize": (F,),
-    # indexing
-    "gather": (F, L, Z), "scatter": (F, L), "scatter_add": (F,), "scatter_reduce.amax": (F, L),
-    "scatter_reduce.mean": (F,), "index_select": (F, Z), "index_add": (F, L), "index_put": (F, Z),
-    "index_fill": (F,), "index_copy": (F,), "index_reduce.prod": (F,), "take_along_dim": (F,), "take": (F,),
-    "put": (F,), "masked_scatter": (F,), "masked_select": (F, Z), "nonzero": (F, Z), "__getitem__": (F, L),
-    "unique": (F, L), "isin": (F, L),
-    # shape and linear algebra
-    "flip": (F, Z), "roll": (F, L), "rot90": (F,), "triu": (F, L), "tril": (B,), "cat": (F, B), "repeat": (F,),
-    "linalg.cross": (F,), "trace": (F,), "mm": (F, B), "bmm": (F,), "addmm": (F,), "matmul": (F, B), "vdot": (F,),
-    "fft.fft": (F,), "fft.rfft2": (F,), "fft.irfft": (F,),
-    # random (shapes and dtypes; tests/test_random.py checks the distributions)
-    "uniform": (F, B), "normal": (F,), "bernoulli": (F,), "multinomial": (F,), "randint": (L,),
-    # nn (a few; the nn families have their own tests)
-    "nn.functional.embedding": (F,), "softmax": (F, B), "nn.functional.relu": (F,), "nn.functional.gelu": (F,),
-    "nn.functional.embedding_bag": (F, B), "nn.functional.grid_sample": (F, B),
-}
-GRAD = ["add", "mul", "div.no_rounding_mode", "pow", "exp", "tanh", "erfinv", "clamp", "where", "sum", "mean", "prod", "amax",
-        "var_mean", "linalg.vector_norm", "logsumexp", "cumsum", "cumprod", "cummax", "logcumsumexp", "sort",
-        "topk", "median", "gather", "scatter", "scatter_add", "index_select", "index_add", "index_put",
-        "masked_select", "masked_scatter", "__getitem__", "take_along_dim", "flip", "roll", "triu", "cat",
-        "linalg.cross", "mm", "bmm", "matmul", "fft.rfft2", "hypot", "logaddexp", "xlogy", "nn.functional.embedding",
-        "softmax", "nn.functional.embedding_bag", "nn.functional.grid_sample"]
-
-
-if os.environ.get("TORCH_TPU_OPINFO_SHARD"):
-    _shard = os.environ["TORCH_TPU_OPINFO_SHARD"]
-    PART, PART_LINE = opcheck.gate_part(None if _shard == "day" else _shard, int(time.time() // 86400))
-    ENTRIES = opcheck.gate_entries(OPS.values(), ALWAYS, PART)
-else:
-    PART_LINE = "OpInfo gate: the hand-picked sample (TORCH_TPU_OPINFO_SHARD=day|0..2|all runs the rule)"
-    ENTRIES = [(n, d, "forward") for n, ds in SUBSET.items() for d in ds
-               if opcheck.DTYPES[d] in OPS[n].supported_dtypes("cpu")] + [(n, F, "grad") for n in GRAD]
+# TORCH_TPU_OPINFO_SHARD=<part> or =all picks the rotating part; unset, the day number does.
+PART, PART_LINE = opcheck.gate_part(os.environ.get("TORCH_TPU_OPINFO_SHARD"), int(time.time() // 86400))
+ENTRIES = opcheck.gate_entries(OPS.values(), ALWAYS, PART)
 
 
 @pytest.mark.parametrize("name,dtype,kind", ENTRIES, ids=["-".join(e) for e in ENTRIES])
 def test_opinfo(name, dtype, kind):
     listed = opcheck.known_entry(KNOWN, {"op": name, "dtype": dtype, "kind": kind})
-    samples = opcheck.GATE_SAMPLES if os.environ.get("TORCH_TPU_OPINFO_SHARD") and not listed else 4
+    samples = 4 if listed else opcheck.GATE_SAMPLES  # a listed entry runs the samples it was recorded with
     r = opcheck.check_op(OPS[name], opcheck.DTYPES[dtype], max_samples=samples, grad=kind == "grad", timeout=120)
     if r["status"] == "skip":
         pytest.skip("no valid sample")
@@ -103,11 +49,6 @@ def test_opinfo(name, dtype, kind):
         pytest.fail(f"{name} {dtype} {kind}: {mismatch} (tests/opinfo_known_failures.txt)")
     if listed:
         pytest.xfail(f"{listed[0]}: {listed[1]}")
-
-
-def test_subset_names_exist():
-    missing = [n for n in list(SUBSET) + GRAD if n not in OPS]
-    assert not missing, missing
 
 
 def test_known_failures_file_is_well_formed():
@@ -223,7 +164,8 @@ def test_a_known_failure_must_still_fail_its_way():
 def test_check_op_tells_wrong_values_from_raising():
     """The classification the known failures rely on, on a real op broken on purpose."""
     op = OPS["abs"]
-    assert opcheck.check_op(op, torch.float32, 1, False, 60)["status"] == "native"
+    r = opcheck.check_op(op, torch.float32, 1, False, 60)
+    assert r["status"] == "native" and r["variants"] == ["function", "inplace", "out"], r
     with torch.library._scoped_library("aten", "IMPL") as lib:
         lib.impl("abs", lambda x: torch.neg(x), "PrivateUse1")
         r = opcheck.check_op(op, torch.float32, 1, False, 60)

@@ -8,7 +8,9 @@ through the CPU fallback) or `fail`. With --grad, gradients of differentiable op
 compared too (float dtypes), as separate `grad` entries.
 
 Tolerances are PyTorch's for the dtype (torch.testing.assert_close defaults), widened by the
-toleranceOverride decorators PyTorch's own OpInfo tests apply to that op and dtype.
+toleranceOverride decorators PyTorch's own OpInfo tests apply to that op and dtype, and by
+TOLERANCES below (entries measured against float64). An out= sample whose CPU result differs
+from the CPU's function result is skipped.
 
     python -m torch_tpu.testing.opcheck [--ops add,mul] [--dtypes float32,bfloat16] [--grad]
                                         [--workers 2] [--json out.json] [--check-known FILE]
@@ -171,13 +173,31 @@ _TOL_CLASSES = {None, "TestCommon", "TestUnaryUfuncs", "TestBinaryUfuncs", "Test
 _TOL_SKIP_TESTS = {"test_complex_half_reference_testing"}
 
 
-def tolerance(op, dtype):
+# Tolerances of our own, (entry name, dtype, kind) -> (atol, rtol), where PyTorch's defaults
+# are tighter than float32 arithmetic allows. Each was measured against the float64 result on
+# the same inputs: tpu and the CPU are both as far off it as the arithmetic permits, rounded
+# differently (which of the two differs more depends on whether fused mode compiled the graph
+# whole, so the entry passed in one run and failed in the next).
+TOLERANCES = {
+    # 1/sqrt(1 - x^2) near |x| = 1 is ill-conditioned: the CPU's gradient is 6.8e-5 off the
+    # float64 one at x = 0.9989 (value 21.3), tpu's compiled-whole gradient 1.2e-6; they
+    # differ by 2.8e-6 relative.
+    ("asin", "float32", "grad"): (1e-5, 1e-5),
+    # Each gradient element is a sum of 200 products (|terms| ~ 700 in all): an element of
+    # value -0.65 is 2.1e-5 off the float64 one on tpu and 4.5e-6 on the CPU, both within
+    # float32 rounding of that sum in a different order (eps * 700 ~ 8e-5).
+    ("kron", "float32", "grad"): (1e-4, 1.3e-6),
+}
+
+
+def tolerance(op, dtype, kind="forward"):
     """(atol, rtol) or None: the widest toleranceOverride PyTorch's tests apply to op at dtype
     in device-vs-reference comparisons (TestCommon, the ufunc and reduction tests, and
-    TestConsistency, which compares another accelerator with the CPU)."""
+    TestConsistency, which compares another accelerator with the CPU), widened by ours
+    (TOLERANCES) for the entry `kind` (forward or grad)."""
     from torch.testing._internal.common_device_type import toleranceOverride
 
-    best = None
+    best = TOLERANCES.get((entry_name(op), str(dtype).replace("torch.", ""), kind))
     for info in getattr(op, "decorators", ()) or ():
         if getattr(info, "cls_name", None) not in _TOL_CLASSES or getattr(info, "test_name", None) in _TOL_SKIP_TESTS:
             continue
@@ -309,6 +329,10 @@ def check_out(op, sample, tol, values):
         return None
     try:
         op(sample.input, *sample.args, **sample.kwargs, out=out_c)
+        # An out= call whose CPU result differs from the CPU's own function result is no
+        # reference: PyTorch's composite out= path of ihfft2/ihfftn with an int `dim` leaves
+        # `out` unwritten on every device, so both sides would hold whatever fresh memory held.
+        _compare(_process(sample, out_c), _process(sample, expected), tol, values)
     except Exception:
         return None
     args = (_to(sample.input, "tpu"), *(sample.args if op.name in _CPU_ARGS else _to(sample.args, "tpu")))
@@ -323,7 +347,7 @@ def check_op(op, dtype, max_samples, grad, timeout, variants=("function", "inpla
               "samples": 0, "status": "skip", "error": "", "variants": [], "fallback_ops": [], "seconds": 0.0,
               "compile_s": 0.0}
     values = not _uncomparable(op)
-    tol = tolerance(op, dtype)
+    tol = tolerance(op, dtype, result["kind"])
     before = _fallback_ops()
     m0 = torch_tpu.metrics()
     start = time.time()
@@ -498,7 +522,11 @@ def entries(ops=None, dtypes=("float32",), grad_dtypes=(), shard=(0, 1)):
 # differentiable). The other OpInfos (composites, views, ops that run on the CPU) are dealt to
 # GATE_PARTS parts, one checked per run: the whole database is covered every GATE_PARTS runs.
 # Entries listed as known failures run 4 samples, as `make opcheck` does when it records them.
-# Sized for about 5 minutes per eager mode on 2 cores (tests/test_opinfo.py says the figures).
+# Sized for at most about 5 minutes per eager mode on 2 cores. Measured on the shared 2-core
+# machine (load 5 to 9), every part at once (2,585 entries), with a cold compile cache:
+# strict 441 s wall / 206 s CPU; fused after it, on the cache strict filled (as in `make
+# py-test`), 178 s wall / 100 s CPU. One part checks about 78% of that (the always-checked
+# entries are 1,389 of the 2,585).
 GATE_DTYPES = ("float32", "bfloat16", "int64", "bool")
 GATE_SAMPLES = 1
 GATE_PARTS = 3
