@@ -75,12 +75,6 @@ def _gen_param(name, cache):
     if _FUSED and name not in _FUSED_SUBSET:
         marks.append(pytest.mark.skip(reason="fused run: generate() covered for llama/gemma3/gpt2/t5 only "
                                              "(a fused graph is compiled per token); the strict run covers it"))
-    if name == "gemma3" and cache == "static":
-        # Once dynamo's recompile limit is used up by earlier tests, Gemma3's sliding-window
-        # cache update runs eagerly and hits `x[:, :, idx] = v` through the CPU fallback, which
-        # fails with "tensor does not have a device" (known bug, not yet fixed).
-        marks.append(pytest.mark.xfail(reason="indexed assignment with None dims via the CPU fallback",
-                                       strict=False))
     return pytest.param(name, cache, marks=marks, id=f"{name}-{cache}")
 
 
@@ -279,11 +273,11 @@ def _generate_static_counters(tpu, batch=2, length=6):
     return counters
 
 
-@pytest.mark.xfail(reason="generate()'s own per-token glue has a new shape every token: torch.cat "
-                          "growing input_ids and attention_mask, and the clone of input_ids[:, -1:] "
-                          "(its storage grows); the per-op cache keys on shapes, so about 3 programs "
-                          "are compiled per token outside the model (the model itself compiles none)",
-                   strict=False)
+@pytest.mark.xfail(reason="generate()'s per-token glue outside the model (which compiles nothing) compiles 4 "
+                          "programs a token: torch.cat growing input_ids (a new shape each token), and add, "
+                          "isin and a copy of the view input_ids[:, -1:], whose row stride and offset grow with "
+                          "input_ids and are part of the per-op cache key",
+                   strict=True, raises=AssertionError)
 def test_generate_static_cache_compiles_nothing_per_token(models):
     _, tpu = models("llama")
     # a batch shape no other test uses, so that generate()'s glue is not already compiled
