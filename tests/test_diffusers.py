@@ -86,13 +86,15 @@ def _compiled_anything():
 
 
 @pytest.mark.parametrize("name,compiled", [
-    ("ddim", False), ("dit", False), pytest.param("dit", True, marks=only_in("fused"))])
+    ("ddim", False), ("dit", False), ("sd", False), ("flux", False),
+    *[pytest.param(name, True, marks=only_in("fused")) for name in ("dit", "sd", "flux")]])
 def test_no_new_program_per_step(name, compiled):
     """Read before each denoiser call, the dispatch counters stop moving after the first step
     (the pipeline's setup and the first step build every program the loop needs). Whole fused
     graphs compile at their second sighting, at a sync point, so the third run of the pipeline
     must compile nothing at all."""
-    pipe, kwargs = tiny_diffusers.build(name, steps=5)
+    steps = 4
+    pipe, kwargs = tiny_diffusers.build(name, steps=steps)
     pipe.to("tpu")
     den = tiny_diffusers.denoiser(pipe)
     seen = []
@@ -100,8 +102,8 @@ def test_no_new_program_per_step(name, compiled):
     if compiled:
         den.compile(backend="tpu")
     tiny_diffusers.run(pipe, kwargs, torch.Generator().manual_seed(0)).cpu()
-    assert len(seen) in (5, 10), len(seen)  # classifier-free guidance may call it twice a step
-    settled = seen[len(seen) // 5:]  # from the second step's call on
+    assert len(seen) in (steps, 2 * steps), len(seen)  # classifier-free guidance may call it twice a step
+    settled = seen[len(seen) // steps:]  # from the second step's call on
     assert all(s == settled[0] for s in settled), seen
     tiny_diffusers.run(pipe, kwargs, torch.Generator().manual_seed(0)).cpu()
     before = _compiled_anything()

@@ -366,3 +366,48 @@ def test_compare_fixture_checks_results_and_mutated_inputs(compare):
     assert out.is_tpu
     compare(lambda x, y: x[:, ::3].copy_(y), base, torch.ones(4, 2) * -1)
     compare(lambda x: x.unfold(1, 3, 2).sum(-1), base)
+
+
+def test_one_element_views_share_one_program_whatever_their_offset():
+    """A schedule's `timesteps[i]` / `sigmas[i].expand(n)`: the offset of a one-element view is a
+    run-time parameter, so a loop over i compiles each op once (a denoising loop would otherwise
+    compile a program per step). Reads, broadcast reads and writes at every offset match the CPU."""
+    import torch_tpu
+
+    c, t = pair(8, dtype=torch.float32)
+    cx, tx = torch.full((3,), 2.0), torch.full((3,), 2.0, device="tpu")
+    misses = []
+    for i in range(8):
+        assert_same(tx * t[i], cx * c[i])
+        assert_same(t[i].expand(3) + tx, c[i].expand(3) + cx)
+        assert_same(t.view(2, 4)[i // 4, i % 4:i % 4 + 1] - 1, c.view(2, 4)[i // 4, i % 4:i % 4 + 1] - 1)
+        t[i] += 10 * i
+        c[i] += 10 * i
+        t[i:i + 1].fill_(t[i] * 3)
+        c[i:i + 1].fill_(c[i] * 3)
+        assert_same(t, c)
+        misses.append(torch_tpu.metrics()["signature_cache_misses"])
+    assert len(set(misses[1:])) == 1, misses  # everything after the first offset reuses its programs
+
+
+def test_views_at_any_offset_share_one_program():
+    """Any view that covers part of its storage is read and written at a run-time offset: a loop
+    over rows (an RNN's `x[t]`), strided columns (written through a scatter) and a cache slot
+    compiles each op once, and every read and in-place write matches the CPU."""
+    import torch_tpu
+
+    c, t = pair(6, 4, 5)
+    cw, tw = torch.ones(4, 5), torch.ones(4, 5, device="tpu")
+    misses = []
+    for i in range(6):
+        assert_same(t[i] @ tw.T, c[i] @ cw.T)               # a contiguous block
+        assert_same(t[:, i % 4, 1:4] * 2, c[:, i % 4, 1:4] * 2)  # strided, nested
+        t[i].add_(tw)                                      # dense write (dynamic_update_slice)
+        c[i].add_(cw)
+        t[:, i % 4, i % 5].mul_(-1)                        # strided write (scatter)
+        c[:, i % 4, i % 5].mul_(-1)
+        t[:, :, i % 5].copy_(t[:, :, (i + 1) % 5])          # source and target: one storage
+        c[:, :, i % 5].copy_(c[:, :, (i + 1) % 5])
+        assert_same(t, c)
+        misses.append(torch_tpu.metrics()["signature_cache_misses"])
+    assert len(set(misses[1:])) == 1, misses

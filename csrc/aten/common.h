@@ -28,6 +28,8 @@ runtime::TpuStorage* StorageOf(const at::Tensor& t);
 runtime::TpuStorage* StorageOf(const c10::StorageImpl& storage);  // null when it is not tpu memory
 int64_t StorageOffsetOf(const at::Tensor& t);
 lowering::ViewGeometry GeometryOf(const at::Tensor& t);
+// lowering::HasRunTimeOffset(GeometryOf(t)) without building the geometry (signature hot path).
+bool HasRunTimeOffset(const at::Tensor& t);
 bool IsTpuAllocation(const c10::DataPtr& p);
 
 // Current device of this thread (the device guard's state).

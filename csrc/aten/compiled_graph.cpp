@@ -416,6 +416,13 @@ class Graph {
     shlo::Builder b;
     std::vector<shlo::Value> values(value_types_.size());
     std::unordered_map<TpuStorage*, shlo::Value> storage_values;
+    std::unordered_map<size_t, shlo::Value> offset_values;  // by input: run-time view offsets
+    auto offset_value = [&](size_t input) -> shlo::Value {
+      auto it = offset_values.find(input);
+      if (it != offset_values.end()) return it->second;
+      program->params.push_back({ParamSource::Offset, static_cast<int>(input), shlo::ElemType::S64});
+      return offset_values[input] = b.Param({shlo::ElemType::S64, {}});
+    };
     for (size_t i = 0; i < ops.slots.size(); ++i) {
       const at::Tensor& t = ops.slots[i];
       shlo::ElemType want = ToElemType(t.scalar_type());
@@ -436,7 +443,9 @@ class Graph {
         storage_values[s] = storage;
       }
       storage = lowering::Reinterpret(b, storage, want);
-      values[i] = lowering::ReadView(b, storage, GeometryOf(t));
+      auto g = GeometryOf(t);
+      values[i] = lowering::HasRunTimeOffset(g) ? lowering::ReadViewAt(b, storage, g, offset_value(i))
+                                                : lowering::ReadView(b, storage, g);
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
     std::vector<std::pair<shlo::Value, int64_t>> rng_params;
@@ -481,8 +490,10 @@ class Graph {
       } else {
         shlo::Value base = storage_values.at(s);
         base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
+        bool run_time_offset = lowering::HasRunTimeOffset(g);  // as the key decided
         g.storage_numel = base.type.dims[0];
-        updated = lowering::WriteView(b, base, g, v);
+        updated = run_time_offset ? lowering::WriteViewAt(b, base, g, offset_value(input), v)
+                                  : lowering::WriteView(b, base, g, v);
       }
       storage_values[s] = updated;
       size_t w = 0;

@@ -132,6 +132,15 @@ lowering::ViewGeometry GeometryOf(const at::Tensor& t) {
   return g;
 }
 
+bool HasRunTimeOffset(const at::Tensor& t) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return false;
+    span += (t.size(d) - 1) * t.stride(d);
+  }
+  return span < static_cast<int64_t>(StorageOf(t)->nbytes / t.element_size());
+}
+
 namespace {
 // A KeyboardInterrupt during a lazy import inside an op (sympy, on the first op) leaves the
 // package's already-imported submodules in sys.modules without their package: importing it

@@ -274,6 +274,13 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     storage_values[s] = v;
     return v;
   };
+  std::unordered_map<size_t, shlo::Value> offset_values;  // by slot: run-time view offsets
+  auto offset_value = [&](size_t slot) -> shlo::Value {
+    auto it = offset_values.find(slot);
+    if (it != offset_values.end()) return it->second;
+    program->params.push_back({ParamSource::Offset, static_cast<int>(slot), shlo::ElemType::S64});
+    return offset_values[slot] = b.Param({shlo::ElemType::S64, {}});
+  };
   size_t scalar_index = 0;
   for (size_t slot = 0; slot < out_slot_begin; ++slot) {
     const at::Tensor& t = call.slots[slot];
@@ -289,7 +296,9 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     shlo::Value storage = storage_value(slot);
     shlo::ElemType want = ToElemType(t.scalar_type());
     storage = lowering::Reinterpret(b, storage, want);  // a view(dtype), an untyped storage
-    slot_values[slot] = lowering::ReadView(b, storage, GeometryOf(t));
+    auto g = GeometryOf(t);
+    slot_values[slot] = lowering::HasRunTimeOffset(g) ? lowering::ReadViewAt(b, storage, g, offset_value(slot))
+                                                      : lowering::ReadView(b, storage, g);
   }
   std::vector<shlo::Value> scalar_values;
   for (const c10::Scalar& s : call.scalars) {
@@ -394,8 +403,10 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     } else {
       shlo::Value base = storage_value(target);
       base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
+      bool run_time_offset = lowering::HasRunTimeOffset(g);  // as the signature decided
       g.storage_numel = base.type.dims[0];
-      updated = lowering::WriteView(b, base, g, v);
+      updated = run_time_offset ? lowering::WriteViewAt(b, base, g, offset_value(target), v)
+                                : lowering::WriteView(b, base, g, v);
     }
     storage_values[s] = updated;
     for (size_t w = 0; w < written.size(); ++w) {

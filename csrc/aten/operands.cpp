@@ -31,7 +31,7 @@ void AddTensor(Operands& ops, std::vector<int64_t>& k, const at::Tensor& t, std:
   k.push_back(t.dim());
   for (int64_t d : t.sizes()) k.push_back(d);
   for (int64_t d : t.strides()) k.push_back(d);
-  k.push_back(StorageOffsetOf(t));
+  k.push_back(HasRunTimeOffset(t) ? -1 : StorageOffsetOf(t));  // -1: a run-time parameter
   k.push_back(static_cast<int64_t>(s->nbytes));
   k.push_back((s->buffer || s->pending) ? static_cast<int64_t>(s->elem) : -1);
   int64_t alias = -1;
@@ -140,6 +140,8 @@ runtime::Request MakeRequest(std::shared_ptr<runtime::Program> program, const Op
     } else if (src.kind == runtime::ParamSource::Scalar) {
       r.host_params.push_back(src.slot >= 0 ? ScalarBuffer(ops.slots[src.slot], src.elem, device)
                                             : ScalarBuffer(ops.scalars[-1 - src.slot], src.elem, device));
+    } else if (src.kind == runtime::ParamSource::Offset) {
+      r.host_params.push_back(ScalarBuffer(c10::Scalar(StorageOffsetOf(ops.slots[src.slot])), src.elem, device));
     } else {
       auto [seed, offset] = NextPhiloxState(ops.generators[src.slot], device, src.rng_increment);
       uint64_t state[2] = {seed, offset};

@@ -150,6 +150,16 @@ Value ReadView(Builder& b, Value storage, const ViewGeometry& g);
 // Returns the storage with the view's elements replaced by `value` (already of the view's
 // shape and the storage's element type).
 Value WriteView(Builder& b, Value storage, const ViewGeometry& g, Value value);
+// A view that covers only part of its storage (numel > 0, span shorter than the storage)
+// is read and written at a run-time offset, so its offset stays out of program keys: a
+// loop over `timesteps[i]`, `x[t]` or a cache slot runs one program, not one per index.
+// Decided by sizes, strides and storage size alone (csrc/aten keys by the same rule).
+bool HasRunTimeOffset(const ViewGeometry& g);
+// ReadView / WriteView with the offset given by the s64 scalar `offset` (g.offset unused).
+// Reads take the view's span with dynamic_slice and read the view inside it; writes are a
+// dynamic_update_slice (a contiguous run) or a scatter at offset-shifted indices.
+Value ReadViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset);
+Value WriteViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset, Value value);
 // Lays a logical array out in a fresh storage with the given (dense, non-overlapping) strides.
 Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides);
 // The bytes of a 1-D storage value read as `elem` (a view(dtype), a bool tensor's untyped

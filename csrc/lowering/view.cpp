@@ -22,6 +22,26 @@ Value FlatIndices(Builder& b, const ViewGeometry& g) {
   return idx;
 }
 
+// 1 + the distance from the view's first element to its last (0 for an empty view).
+int64_t Span(const ViewGeometry& g) {
+  int64_t span = 1;
+  for (size_t i = 0; i < g.sizes.size(); ++i) {
+    if (g.sizes[i] == 0) return 0;
+    span += (g.sizes[i] - 1) * g.strides[i];
+  }
+  return span;
+}
+
+// The view's elements are one run of consecutive storage elements, in row-major order.
+bool IsContiguousRun(const ViewGeometry& g) {
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(g.sizes.size()) - 1; i >= 0; --i) {
+    if (g.sizes[i] != 1 && g.strides[i] != expected) return false;
+    expected *= g.sizes[i];
+  }
+  return true;
+}
+
 }  // namespace
 
 bool IsWholeStorage(const ViewGeometry& g) {
@@ -100,15 +120,34 @@ Value WriteView(Builder& b, Value storage, const ViewGeometry& g, Value value) {
   int64_t numel = TensorType{value.type.elem, g.sizes}.numel();
   if (numel == 0) return storage;
   if (IsWholeStorage(g)) return b.Reshape(value, {g.storage_numel});
-  bool contiguous = true;
-  int64_t expected = 1;
-  for (int64_t i = static_cast<int64_t>(g.sizes.size()) - 1; i >= 0; --i) {
-    if (g.sizes[i] != 1 && g.strides[i] != expected) contiguous = false;
-    expected *= g.sizes[i];
-  }
-  if (contiguous) return b.DynamicUpdateSlice(storage, b.Reshape(value, {numel}), {g.offset});
+  if (IsContiguousRun(g)) return b.DynamicUpdateSlice(storage, b.Reshape(value, {numel}), {g.offset});
   Value idx = b.Reshape(FlatIndices(b, g), {numel});
   return b.Scatter1D(storage, idx, b.Reshape(value, {numel}));
+}
+
+bool HasRunTimeOffset(const ViewGeometry& g) {
+  int64_t span = Span(g);
+  return span > 0 && span < g.storage_numel;
+}
+
+Value ReadViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset) {
+  int64_t span = Span(g);
+  if (span == 0) return ReadView(b, storage, g);  // empty
+  ViewGeometry in_span = g;
+  in_span.offset = 0;
+  in_span.storage_numel = span;
+  return ReadView(b, b.DynamicSlice(storage, {offset}, {span}), in_span);
+}
+
+Value WriteViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset, Value value) {
+  int64_t numel = TensorType{value.type.elem, g.sizes}.numel();
+  if (numel == 0) return storage;
+  if (IsContiguousRun(g)) return b.DynamicUpdateSliceAt(storage, b.Reshape(value, {numel}), {offset});
+  ViewGeometry at_zero = g;
+  at_zero.offset = 0;
+  Value idx = FlatIndices(b, at_zero);
+  idx = b.Binary("add", idx, b.BroadcastInDim(offset, g.sizes, {}));
+  return b.Scatter1D(storage, b.Reshape(idx, {numel}), b.Reshape(value, {numel}));
 }
 
 Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides) {

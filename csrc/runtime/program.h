@@ -18,9 +18,11 @@ struct TpuStorage;
 
 // Where one parameter's buffer comes from at run time.
 struct ParamSource {
-  enum Kind { Storage, Scalar, Rng } kind;
+  enum Kind { Storage, Scalar, Rng, Offset } kind;
   // Storage: the operand slot whose storage is read. Scalar: an operand slot holding a 0-d
   // host tensor (>= 0), or -1 - index of a host Scalar. Rng: the index of the generator.
+  // Offset: the operand slot whose storage offset (an s64 scalar) the program reads at run
+  // time (lowering::HasRunTimeOffset); like Scalar and Rng, a host parameter.
   int slot = -1;
   shlo::ElemType elem{};      // element type of the parameter
   int64_t rng_increment = 0;  // Rng: how far the generator's offset advances per run

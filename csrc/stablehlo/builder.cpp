@@ -457,6 +457,18 @@ Value Builder::DynamicUpdateSlice(Value operand, Value update, const std::vector
   return Op1("stablehlo.dynamic_update_slice", operands, operand.type);
 }
 
+Value Builder::DynamicUpdateSliceAt(Value operand, Value update, const std::vector<Value>& start) {
+  std::vector<Value> operands = {operand, update};
+  operands.insert(operands.end(), start.begin(), start.end());
+  return Op1("stablehlo.dynamic_update_slice", operands, operand.type);
+}
+
+Value Builder::DynamicSlice(Value operand, const std::vector<Value>& start, const std::vector<int64_t>& sizes) {
+  std::vector<Value> operands = {operand};
+  operands.insert(operands.end(), start.begin(), start.end());
+  return Op1("stablehlo.dynamic_slice", operands, {operand.type.elem, sizes}, "slice_sizes = " + DenseI64(sizes));
+}
+
 bool Builder::Uses(const Value& v) const {
   const std::string ref = v.ref();
   for (size_t at = body_.find(ref); at != std::string::npos; at = body_.find(ref, at + 1)) {

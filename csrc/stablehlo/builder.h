@@ -94,6 +94,10 @@ class Builder {
   // 1-D scatter that overwrites operand[indices[i]] = updates[i] (rank-1 operand).
   Value Scatter1D(Value operand, Value indices, Value updates);
   Value DynamicUpdateSlice(Value operand, Value update, const std::vector<int64_t>& start);
+  // The same with start indices computed at run time (s64 scalars, one per dim).
+  Value DynamicUpdateSliceAt(Value operand, Value update, const std::vector<Value>& start);
+  // operand[start[d] : start[d] + sizes[d]] per dim, start at run time (clamped into range by XLA).
+  Value DynamicSlice(Value operand, const std::vector<Value>& start, const std::vector<int64_t>& sizes);
 
   // One region for Op's `region` argument: `body` emits ops with this builder on the block
   // arguments (one per type) and returns the values that stablehlo.return yields.

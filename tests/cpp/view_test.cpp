@@ -205,6 +205,45 @@ TEST(WriteView, MatchesHostForEveryGeometry) {
   }
 }
 
+TEST(ViewAt, ReadAndWriteAtARunTimeOffsetMatchTheHost) {
+  // A view shorter than its storage takes its offset as an s64 parameter: the same program
+  // reads and writes it wherever it starts (csrc/aten keys such views without their offset).
+  EXPECT_FALSE(lowering::HasRunTimeOffset({{4, 6}, {6, 1}, 0, 24}));  // whole storage
+  EXPECT_FALSE(lowering::HasRunTimeOffset({{6, 4}, {1, 6}, 0, 24}));  // spans it, transposed
+  EXPECT_FALSE(lowering::HasRunTimeOffset({{0, 3}, {3, 1}, 0, 24}));  // empty
+  EXPECT_TRUE(lowering::HasRunTimeOffset({{}, {}, 0, 24}));           // timesteps[i]
+  EXPECT_TRUE(lowering::HasRunTimeOffset({{3}, {0}, 5, 8}));          // sigmas[i].expand(3)
+  std::vector<float> storage = Iota<float>(64, -20.f);
+  int checked = 0;
+  for (const Case& c : kReadCases) {
+    ViewGeometry g = Geometry(c);
+    if (!lowering::HasRunTimeOffset(g)) continue;
+    SCOPED_TRACE(c.name);
+    std::vector<float> s(storage.begin(), storage.begin() + c.storage_numel);
+    std::vector<float> values = Iota<float>(Numel(c.sizes), 500.f);
+    std::vector<float> expect_read, expect_written = s;
+    std::vector<int64_t> idx = HostIndices(g);
+    for (size_t i = 0; i < idx.size(); ++i) {
+      expect_read.push_back(s[idx[i]]);
+      expect_written[idx[i]] = values[i];
+    }
+    if (c.expect_gather) expect_written.clear();  // overlapping views are never written
+    Builder b;
+    Value st = b.Param({ElemType::F32, {c.storage_numel}});
+    Value v = b.Param({ElemType::F32, c.sizes});
+    Value offset = b.Param({ElemType::S64, {}});
+    std::vector<Value> outs = {lowering::ReadViewAt(b, st, g, offset)};
+    if (!expect_written.empty()) outs.push_back(lowering::WriteViewAt(b, st, g, offset, v));
+    auto got = RunModule(b, outs,
+                         {HostTensor::Of(s, {c.storage_numel}), HostTensor::Of(values, c.sizes),
+                          HostTensor::Of(std::vector<int64_t>{c.offset}, {})});
+    EXPECT_EQ(got[0].As<float>(), expect_read);
+    if (!expect_written.empty()) EXPECT_EQ(got[1].As<float>(), expect_written);
+    ++checked;
+  }
+  EXPECT_GT(checked, 15);
+}
+
 TEST(WriteView, ThenReadSeesTheWrite) {
   // An in-place op on a view followed by a read of another view of the same storage.
   ViewGeometry col{{4}, {6}, 2, 24};         // x[:, 2]
