@@ -66,9 +66,20 @@ def test_num_devices_in_bounds():
     assert "COUNT 3" in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("name", ["TORCH_TPU_MAX_MAPPINGS", "TORCH_TPU_MAX_PROGRAMS"])
+INTEGER_SETTINGS = ["TORCH_TPU_MAX_MAPPINGS", "TORCH_TPU_MAX_PROGRAMS", "TORCH_TPU_FUSED_MAX_OPS",
+                    "TORCH_TPU_FUSED_COMPILE_AFTER"]
+
+
+@pytest.mark.parametrize("name", INTEGER_SETTINGS)
 def test_integer_settings_refuse_text(name):
     r = child(COUNT_CODE, {name: "abc"})
+    assert "RAISED" in r.stdout and name in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name,value", [("TORCH_TPU_FUSED_MAX_OPS", "0"), ("TORCH_TPU_FUSED_MAX_OPS", "10ops"),
+                                        ("TORCH_TPU_FUSED_COMPILE_AFTER", "-1"), ("TORCH_TPU_FUSED_COMPILE_AFTER", "1.5")])
+def test_fused_settings_refuse_what_atoll_misread(name, value):
+    r = child(COUNT_CODE, {name: value})
     assert "RAISED" in r.stdout and name in r.stdout, r.stdout + r.stderr
 
 

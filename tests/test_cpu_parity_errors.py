@@ -61,15 +61,30 @@ def test_ignore_index_is_not_out_of_range():
 
 
 AUDIT = {
+    "multi_margin": lambda d: F.multi_margin_loss(LOGITS.to(d), torch.tensor([0, 3, 1, 2]).to(d)),
+    "multilabel_margin": lambda d: F.multilabel_margin_loss(LOGITS.to(d), torch.tensor([[3, -1, 0]] * 4).to(d)),
+    "embedding_bag_first_offset": lambda d: F.embedding_bag(torch.tensor([0, 1]).to(d), LOGITS.to(d),
+                                                            torch.tensor([1, 0]).to(d)),
+    "embedding_bag_last_offset": lambda d: F.embedding_bag(torch.tensor([0, 1]).to(d), LOGITS.to(d),
+                                                           torch.tensor([0, 3]).to(d)),
     "bincount_negative": lambda d: torch.bincount(torch.tensor([-1, 2]).to(d)),
     "repeat_interleave_negative": lambda d: torch.repeat_interleave(torch.tensor([1, -1]).to(d)),
+    "searchsorted_sorter": lambda d: torch.searchsorted(torch.tensor([1.0, 2.0, 3.0]).to(d), torch.tensor([2.0]).to(d),
+                                                        sorter=torch.tensor([0, 5, 1]).to(d)),
+    "scatter_reduce": lambda d: torch.zeros(3).to(d).scatter_reduce(0, torch.tensor([5]).to(d), torch.ones(1).to(d),
+                                                                    "sum"),
     "index_reduce": lambda d: torch.zeros(3).to(d).index_reduce(0, torch.tensor([5]).to(d), torch.ones(1).to(d),
                                                                 "prod"),
     "histc_min_above_max": lambda d: torch.histc(torch.ones(3).to(d), bins=3, min=2, max=1),
+    "histc_infinite_range": lambda d: torch.histc(torch.tensor([1.0, float("inf")]).to(d), bins=3),
     "take": lambda d: torch.take(LOGITS.to(d), torch.tensor([12]).to(d)),
     "put": lambda d: LOGITS.clone().to(d).put_(torch.tensor([-13]).to(d), torch.ones(1).to(d)),
+    "index_add": lambda d: LOGITS.to(d).index_add(0, torch.tensor([4]).to(d), torch.ones(1, 3).to(d)),
     "index_copy": lambda d: LOGITS.to(d).index_copy(0, torch.tensor([4]).to(d), torch.ones(1, 3).to(d)),
     "index_fill": lambda d: LOGITS.to(d).index_fill(1, torch.tensor([3]).to(d), 0.0),
+    "gather": lambda d: LOGITS.to(d).gather(1, torch.tensor([[3]] * 4).to(d)),
+    "scatter": lambda d: LOGITS.to(d).scatter(1, torch.tensor([[3]]).to(d), 1.0),
+    "scatter_add": lambda d: LOGITS.to(d).scatter_add(0, torch.tensor([[4]]).to(d), torch.ones(1, 1).to(d)),
 }
 
 
@@ -89,6 +104,19 @@ def test_index_validating_ops_raise_like_the_cpu(case):
 ], ids=["max", "min", "max_dim", "min_dim", "argmax_dim", "argmin", "amax_dim"])
 def test_empty_reductions_raise(case):
     same_error(case)
+
+
+@pytest.mark.parametrize("case", [
+    lambda d: torch.tensor([5, 3], device=d) // torch.tensor([0, 1], device=d),
+    lambda d: torch.tensor([5, 3], device=d) % torch.tensor([0, 1], device=d),
+    lambda d: torch.tensor([5, 3], device=d) // 0,
+    lambda d: torch.fmod(torch.tensor([5, 3], device=d), 0),
+    lambda d: torch.div(torch.tensor([5, 3], device=d), torch.tensor([0, 1], device=d), rounding_mode="trunc"),
+    lambda d: torch.remainder(torch.tensor([5, 3], dtype=torch.int32, device=d), 0),
+], ids=["floordiv", "mod", "floordiv_scalar", "fmod", "div_trunc", "remainder_int32"])
+def test_integer_division_by_zero_raises(case):
+    err = same_error(case)
+    assert "ZeroDivisionError" in str(err)
 
 
 def test_float_division_by_zero_is_not_an_error():
@@ -128,6 +156,22 @@ def test_float_to_integer_conversion_matches_the_cpu(source, dtype):
     assert torch.equal(x.to("tpu").to(dtype).cpu(), x.to(dtype))
     # Inside a program too (a conversion the lowering emits, not only the copy).
     assert torch.equal((x.to("tpu") * 1).to(dtype).cpu(), (x * 1).to(dtype))
+
+
+OVERLAP = {
+    "expand_add_": lambda d: torch.zeros(1, 3, device=d).expand(2, 3).add_(1),
+    "expand_mul_tensor": lambda d: torch.ones(1, 3, device=d).expand(2, 3).mul_(torch.ones(2, 3, device=d)),
+    "out_overlaps_input": lambda d: (lambda x: torch.add(x[:3], 1, out=x[1:]))(torch.arange(4.0, device=d)),
+    "partial_overlap_iadd": lambda d: (lambda x: x[1:3].__iadd__(x[0:2]))(torch.arange(4.0, device=d)),
+    "out_internal_overlap": lambda d: torch.exp(torch.ones(4, device=d),
+                                                out=torch.zeros(1, device=d).expand(4)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVERLAP))
+def test_overlapping_writes_raise_like_the_cpu(case):
+    err = same_error(OVERLAP[case])
+    assert "single memory location" in str(err)
 
 
 def test_full_overlap_and_disjoint_views_are_fine():

@@ -10,6 +10,7 @@
 
 #include "dispatch.h"
 #include "op_program.h"
+#include "overlap.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -195,6 +196,10 @@ class GenericKernel final : public c10::OperatorKernel {
       }
       GetMetrics().signature_misses++;
       NoteRecompile(*e_, *stack, first);
+      // Aliasing is part of the signature, so a write overlapping its own inputs is refused
+      // here, once per signature, before a program that would compute something else exists.
+      if (e_->variant != Variant::Functional)
+        CheckWriteOverlap(op, *stack, first, e_->num_args, e_->num_outs, e_->variant == Variant::Inplace);
       try {
         program = BuildProgram(*e_, *stack, first, call);
       } catch (const lowering::Unsupported&) {
@@ -277,8 +282,8 @@ void SyncPoint(const char* cause) {
     Executor::Get().Sync(cause);
   } catch (const c10::Error&) {
     throw;
-  } catch (const runtime::DeviceAssertFailed& e) {
-    TORCH_CHECK_INDEX(false, e.what());
+  } catch (const std::exception& e) {
+    RethrowAsTorchError(e, cause);
   }
 }
 

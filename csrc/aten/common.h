@@ -42,6 +42,10 @@ void SynchronizeDevice(int device);
 // Runs `fn`, turning runtime errors into PyTorch exceptions (OutOfMemoryError for
 // exhausted device memory) that name `what`.
 [[noreturn]] void RethrowAsTorchError(const std::exception& e, const std::string& what);
+// A failed deferred device check as the Python exception the CPU raises (IndexError, ...).
+[[noreturn]] void RaiseCheckFailure(const runtime::CheckFailed& failed);
+// Raises the first failed check guarding the storage's value (runtime/device_checks.h).
+void RaiseChecksOf(const runtime::TpuStorage* storage);
 
 // The (seed, offset) a random op uses; advances the generator's offset by `increment`.
 std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>& gen, int device,

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 
 #include "operands.h"
@@ -305,12 +306,14 @@ class Graph {
   }
 
   // Lowers one node into `values`; a copy_ into an input records a mutation instead.
+  // The node's device checks go to `checks` (when given), their messages naming the node.
   // A random node's generator argument becomes a parameter holding a Philox state (seed,
   // offset) drawn from the device's default generator at each run, as eager draws one per op;
   // `rng_params` receives the parameter and how far the generator's offset advances.
   void LowerNode(shlo::Builder& b, const GNode& node, std::vector<shlo::Value>& values,
                  std::vector<std::pair<size_t, shlo::Value>>& mutations,
-                 std::vector<std::pair<shlo::Value, int64_t>>& rng_params) const {
+                 std::vector<std::pair<shlo::Value, int64_t>>& rng_params,
+                 std::vector<lowering::Ctx::Check>* checks = nullptr) const {
     if (node.op == "aten::copy_") {
       int64_t target = node.args.at(0).id, src = node.args.at(1).id;
       if (target < 0 || target >= static_cast<int64_t>(inputs_.size()))
@@ -373,6 +376,19 @@ class Graph {
     for (size_t k = 0; k < results.size(); ++k) {
       if (!node.outs[k].defined) continue;
       values[node.first_id + k] = lowering::CastTo(ctx, results[k], ctx.outputs[k]);
+    }
+    if (!checks || ctx.checks.empty()) return;
+    std::string where;
+    for (const GArg& g : node.args) {
+      if (g.kind != kTensorArg || g.id < 0) continue;
+      const GType& t = value_types_[g.id];
+      std::ostringstream d;
+      d << c10::toString(t.dtype) << c10::IntArrayRef(t.sizes);
+      where += (where.empty() ? "" : ", ") + d.str();
+    }
+    for (lowering::Ctx::Check& c : ctx.checks) {
+      c.message += " (in " + node.op + " on " + where + ", node '" + node.name + "' of compiled graph " + name_ + ")";
+      checks->push_back(std::move(c));
     }
   }
 
@@ -449,10 +465,11 @@ class Graph {
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
     std::vector<std::pair<shlo::Value, int64_t>> rng_params;
+    std::vector<lowering::Ctx::Check> checks;
     for (const GNode& node : nodes_) {
       try {
         size_t rng_before = rng_params.size();
-        LowerNode(b, node, values, mutations, rng_params);
+        LowerNode(b, node, values, mutations, rng_params, &checks);
         for (size_t r = rng_before; r < rng_params.size(); ++r) {
           // A state the node's lowering never read leaves the generator where it was.
           int64_t increment = b.Uses(rng_params[r].first) ? rng_params[r].second : 0;
@@ -506,6 +523,13 @@ class Graph {
         results[new_values_.size() + w] = updated;
         program->writes[w].elem = updated.type.elem;
       }
+    }
+    // One i1 result per device check, after the writes (device_checks.h): a failed check
+    // guards every value the graph writes.
+    for (const lowering::Ctx::Check& c : checks) {
+      results.push_back(b.Reshape(b.Convert(c.failed, shlo::ElemType::Pred), {}));
+      program->check_messages.push_back(c.message);
+      program->check_kinds.push_back(static_cast<runtime::CheckKind>(c.kind));
     }
     program->id = runtime::Program::NextId();
     for (const auto& p : b.params()) program->param_types.push_back(p.type);

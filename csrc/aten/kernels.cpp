@@ -170,7 +170,7 @@ void ForgetOrphanedModules() {
 
 void RethrowAsTorchError(const std::exception& e, const std::string& what) {
   // A failed device-side assert raises its own message, as a CUDA device assert would.
-  if (dynamic_cast<const runtime::DeviceAssertFailed*>(&e)) TORCH_CHECK_INDEX(false, e.what());
+  if (auto* failed = dynamic_cast<const runtime::CheckFailed*>(&e)) RaiseCheckFailure(*failed);
   // An exception raised by Python code the op ran (a Python meta kernel, a lazy import) stays
   // what it was: a KeyboardInterrupt is caught by `except KeyboardInterrupt`.
   if (dynamic_cast<const python_error*>(&e) || dynamic_cast<const pybind11::error_already_set*>(&e)) {
@@ -183,6 +183,23 @@ void RethrowAsTorchError(const std::exception& e, const std::string& what) {
   if (dynamic_cast<const std::out_of_range*>(&e)) TORCH_CHECK_INDEX(false, what, ": ", e.what());
   if (dynamic_cast<const runtime::EnvError*>(&e)) TORCH_CHECK_VALUE(false, e.what());
   TORCH_CHECK(false, what, ": ", e.what());
+}
+
+void RaiseCheckFailure(const runtime::CheckFailed& failed) {
+  switch (failed.kind()) {
+    case runtime::CheckKind::Index: TORCH_CHECK_INDEX(false, failed.what());
+    case runtime::CheckKind::Value: TORCH_CHECK_VALUE(false, failed.what());
+    case runtime::CheckKind::Runtime: break;
+  }
+  TORCH_CHECK(false, failed.what());
+}
+
+void RaiseChecksOf(const runtime::TpuStorage* storage) {
+  try {
+    storage->RaiseChecks();
+  } catch (const runtime::CheckFailed& failed) {
+    RaiseCheckFailure(failed);
+  }
 }
 
 
@@ -286,6 +303,7 @@ at::Tensor HostView(const at::Tensor& src) {
   TpuStorage* s = StorageOf(src);
   SyncPoint("device to host");
   GetMetrics().CountSync("device_to_host");
+  RaiseChecksOf(s);
   auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));
   s->ReadBytes(bytes.data_ptr());
   auto typed = at::empty({0}, src.options().device(at::kCPU));
@@ -325,7 +343,8 @@ void WriteViewOnHost(const at::Tensor& dst, const at::Tensor& host) {
   TpuStorage* s = StorageOf(dst);
   GetMetrics().CountSync("device_to_host");
   auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));
-  s->ReadBytes(bytes.data_ptr());
+  s->ReadBytesUnchecked(bytes.data_ptr());  // a write: the rest of the storage keeps its checks
+  runtime::CheckSet guards = s->Checks();
   auto view = at::empty({0}, dst.options().device(at::kCPU));
   view.set_(bytes.storage(), StorageOffsetOf(dst), dst.sizes(), dst.strides());
   view.copy_(host);
@@ -336,6 +355,7 @@ void WriteViewOnHost(const at::Tensor& dst, const at::Tensor& host) {
   }
   if (s->nbytes % shlo::ByteSize(elem) != 0) elem = shlo::ElemType::U8;
   UploadWholeStorage(s, bytes.data_ptr(), elem);
+  s->SetChecks(std::move(guards));
 }
 
 // Handles every copy that involves tpu: host to device, device to host, device to device
@@ -389,6 +409,7 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   if (self.device() != dst.device()) {
     // Across devices: move the source's whole storage, then copy within the target device.
     TpuStorage* s = StorageOf(src);
+    RaiseChecksOf(s);  // a copy to another device reads the value, as a copy to the host does
     c10::DeviceGuard guard(dst.device());
     at::Tensor moved = at::empty({static_cast<int64_t>(s->nbytes / src.element_size())},
                                  src.options().device(dst.device()));

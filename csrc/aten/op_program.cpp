@@ -456,9 +456,18 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
                 ", which is not a tensor");
     write(static_cast<size_t>(arg_slot[arg]), value);
   }
+  // A failed check names the op and its operands' shapes (the values are on the device).
+  std::string where;
+  for (size_t s = 0; s < call.slots.size() && !ctx.checks.empty(); ++s) {
+    std::ostringstream d;
+    d << c10::toString(call.slots[s].scalar_type()) << call.slots[s].sizes();
+    where += (s ? ", " : "") + d.str();
+  }
   for (const auto& check : ctx.checks) {
     outputs.push_back(b.Reshape(b.Convert(check.failed, shlo::ElemType::Pred), {}));
-    program->check_messages.push_back(check.message);
+    program->check_messages.push_back(check.message + " (in " + e.name + " on " + where + ")");
+    // lowering::Ctx::ErrorKind and runtime::CheckKind list the same kinds in the same order.
+    program->check_kinds.push_back(static_cast<runtime::CheckKind>(check.kind));
   }
   program->id = runtime::Program::NextId();
   program->name = e.name;

@@ -4,6 +4,7 @@
 // They appear as nodes of torch.compile graphs after core ATen decomposition.
 #include <algorithm>
 
+#include "helpers.h"
 #include "lowering.h"
 
 namespace tpu::lowering {
@@ -106,7 +107,9 @@ std::vector<Value> LowerEmbedding(Ctx& ctx, const Args& a) {
   args[2].kind = Arg::Kind::Tensor;
   args[2].value = ctx.b.Reshape(indices, {n});
   Ctx sub{ctx.b, {{ctx.out().elem, rows}}, ctx.common};
-  return {ctx.b.Reshape(index_select(sub, Args(args)).at(0), ctx.out().dims)};
+  Value rows_of = index_select(sub, Args(args)).at(0);
+  for (auto& c : sub.checks) ctx.checks.push_back(c);
+  return {ctx.b.Reshape(rows_of, ctx.out().dims)};
 }
 
 // _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
@@ -122,6 +125,7 @@ std::vector<Value> LowerSdpaOverrideable(Ctx& ctx, const Args& a) {
   args.push_back(Arg{});  // generator: none (dropout then runs eagerly)
   Ctx sub{ctx.b, {ctx.out(0), ctx.out(1), ctx.out(6), ctx.out(7)}, ctx.common};
   std::vector<Value> r = forward(sub, Args(args));
+  for (auto& c : sub.checks) ctx.checks.push_back(c);
   std::vector<Value> out;
   for (size_t i = 0; i < ctx.outputs.size(); ++i) {
     if (i == 0 || i == 1) out.push_back(r[i]);
@@ -129,15 +133,6 @@ std::vector<Value> LowerSdpaOverrideable(Ctx& ctx, const Args& a) {
     else out.push_back(ctx.b.Constant(0, ctx.out(i)));
   }
   return out;
-}
-
-// Indices as s64 with PyTorch's negative wrap-around: i < 0 means i + size.
-Value WrapIndex(Ctx& ctx, Value index, int64_t size) {
-  if (index.type.elem == ElemType::Pred) throw Unsupported("boolean mask index");
-  Value i = ConvertTo(ctx, index, ElemType::S64);
-  TensorType t{ElemType::S64, i.type.dims};
-  Value neg = ctx.b.Compare(Cmp::LT, i, ctx.b.ConstantInt(0, t));
-  return ctx.b.Select(neg, ctx.b.Binary("add", i, ctx.b.ConstantInt(size, t)), i);
 }
 
 // Stacks per-dim coordinate arrays (all of shape `dims`) into [*dims, n] gather/scatter indices.
@@ -167,7 +162,14 @@ Indexing PrepareIndexing(Ctx& ctx, const Value& x, const std::vector<Value>& ind
   for (int64_t d = 0; d < r; ++d) {
     bool has = d < static_cast<int64_t>(indices.size()) && indices[d].valid();
     (has ? ix.indexed : ix.rest).push_back(d);
-    if (has) used.push_back(WrapIndex(ctx, indices[d], x.type.dims[d]));
+    if (!has) continue;
+    if (indices[d].type.elem == ElemType::Pred) throw Unsupported("boolean mask index");
+    // Never clamped silently: an index out of range guards the result (as eager's lowering).
+    if (indices[d].type.numel() > 0)
+      ctx.AddCheck(IndexOutOfRange(ctx, indices[d], x.type.dims[d], true),
+                   "index: index out of range: an index is out of bounds for dimension " + std::to_string(d) +
+                       " with size " + std::to_string(x.type.dims[d]));
+    used.push_back(WrapIndex(ctx, indices[d], x.type.dims[d]));
   }
   if (used.empty()) throw Unsupported("index without index tensors");
   for (const Value& v : used) {  // broadcast shape of the index tensors

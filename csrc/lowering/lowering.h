@@ -69,8 +69,9 @@ struct Ctx {
   const TensorType& out(size_t i = 0) const { return outputs.at(i); }
 
   // Device-side checks (like CUDA's device asserts): `failed` is a scalar i1 that is true
-  // when the input was invalid (an index out of range). The runtime raises `message` no
-  // later than the next synchronisation, and at the op in debug mode. Never clamp silently.
+  // when the input was invalid (an index out of range). The values the op computes, and all
+  // computed from them, raise `message` when read (runtime/device_checks.h); debug mode raises
+  // at the op. Never clamp silently.
   // `kind` is the Python exception the CPU raises for the same input (IndexError for most
   // index checks, RuntimeError for gather/scatter, losses' own messages, ZeroDivisionError).
   enum class ErrorKind { Index, Runtime, Value };

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "env.h"
 #include "fused_graph.h"
 #include "metrics.h"
 #include "runtime.h"
@@ -11,10 +12,7 @@ namespace {
 
 // Fused mode runs the open graph once it holds this many ops (TORCH_TPU_FUSED_MAX_OPS).
 int64_t FusedOpLimit() {
-  static int64_t limit = [] {
-    const char* env = std::getenv("TORCH_TPU_FUSED_MAX_OPS");
-    return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{1000};
-  }();
+  static int64_t limit = EnvInt("TORCH_TPU_FUSED_MAX_OPS", 1, INT64_MAX).value_or(1000);
   return limit;
 }
 
@@ -55,9 +53,25 @@ void Executor::Submit(const Request& request) {
   if (static_cast<int64_t>(graph_->num_ops()) >= FusedOpLimit()) graph_->Flush("op limit");
 }
 
+CheckSet Executor::InputChecks(const Request& request) {
+  CheckSet guards;
+  for (const ParamSource& src : request.program->params)
+    if (src.kind == ParamSource::Storage) guards.Merge(request.storages[src.slot]->Checks());
+  return guards;
+}
+
+std::vector<CheckPtr> Executor::NewChecks(const Program& p) {
+  std::vector<CheckPtr> checks;
+  for (size_t i = 0; i < p.check_messages.size(); ++i)
+    checks.push_back(std::make_shared<DeviceCheck>(
+        p.check_messages[i], i < p.check_kinds.size() ? p.check_kinds[i] : CheckKind::Index));
+  return checks;
+}
+
 std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   Program& p = *request.program;
   const pjrt::ExecutablePtr& exe = p.Compiled();
+  CheckSet guards = InputChecks(request);  // before the writes replace what they read
   std::vector<pjrt::BufferPtr> keep;
   keep.reserve(p.params.size());
   for (size_t i = 0; i < p.params.size(); ++i) {
@@ -71,13 +85,24 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw);
   GetMetrics().executions++;
 
+  std::vector<CheckPtr> fresh = NewChecks(p);
+  size_t first_check = request.new_storages.size() + p.writes.size();
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    fresh[i]->SetFlag(outs[first_check + i]);
+    guards.Add(fresh[i]);
+  }
+  // Every value the program writes is guarded by its own checks and by those of its inputs
+  // (a compiled graph's outputs too: a failed check anywhere in it taints all its writes).
   size_t next = 0;
-  for (size_t i = 0; i < request.new_storages.size(); ++i) request.new_storages[i]->Assign(outs[next++], p.new_elems[i]);
-  for (const WriteTarget& w : p.writes) request.storages[w.slot]->Assign(outs[next++], w.elem);
-  DeferChecks(p.check_messages, outs, next);
-  // Debug mode: the op's results are computed before it returns.
-  if (mode() == Mode::kDebug)
+  for (size_t i = 0; i < request.new_storages.size(); ++i)
+    request.new_storages[i]->Assign(outs[next++], p.new_elems[i], guards);
+  for (const WriteTarget& w : p.writes) request.storages[w.slot]->Assign(outs[next++], w.elem, guards);
+  if (mode() == Mode::kDebug) {
+    // Debug mode: the op's results are computed before it returns, and its checks raise here.
     for (const auto& b : outs) b->Await();
+    for (const CheckPtr& c : fresh)
+      if (c->Poll(true) == DeviceCheck::State::Failed) throw CheckFailed(c->message(), c->kind());
+  }
   return outs;
 }
 
@@ -86,36 +111,7 @@ void Executor::Flush(const char* cause) {
   graph_->Flush(cause);
 }
 
-void Executor::Sync(const char* cause) {
-  Flush(cause);
-  VerifyChecks();
-}
-
-void Executor::VerifyChecks() {
-  std::vector<DeferredCheck> checks;
-  {
-    std::lock_guard<std::mutex> lock(checks_mu_);
-    checks.swap(checks_);
-  }
-  for (const auto& c : checks) {
-    uint8_t failed = 0;
-    c.failed->ToHost(&failed, 1);
-    if (failed) throw DeviceAssertFailed(c.message);
-  }
-}
-
-void Executor::DeferChecks(const std::vector<std::string>& messages, const std::vector<pjrt::BufferPtr>& outs,
-                           size_t first) {
-  if (messages.empty()) return;
-  size_t pending;
-  {
-    std::lock_guard<std::mutex> lock(checks_mu_);
-    for (size_t i = 0; i < messages.size(); ++i) checks_.push_back({outs[first + i], messages[i]});
-    pending = checks_.size();
-  }
-  // Debug mode raises at the op; otherwise at the next sync, or when too many are waiting.
-  if (mode() == Mode::kDebug || pending > 1024) VerifyChecks();
-}
+void Executor::Sync(const char* cause) { Flush(cause); }
 
 pjrt::BufferPtr Executor::ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload) {
   {

@@ -19,12 +19,6 @@ namespace tpu::runtime {
 
 enum class Mode { kDebug = 0, kStrict = 1, kFused = 2 };
 
-// A device-side assert failed (an index out of range); csrc/aten raises it as IndexError.
-class DeviceAssertFailed : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // Identifies the value of a scalar parameter: the source's type and bytes, the parameter's
 // element type and the device.
 struct ScalarKey {
@@ -62,12 +56,13 @@ class Executor {
   std::vector<pjrt::BufferPtr> Run(const Request& request);
   // Starts the open fused graph (asynchronously; the host does not wait).
   void Flush(const char* cause);
-  // A synchronisation point: runs the open graph and raises failed device-side asserts.
+  // A synchronisation point: runs the open graph. Failed device checks are not raised here:
+  // they belong to the values they guard (device_checks.h), raised when those are read.
   void Sync(const char* cause);
-  // Raises the first failed device-side assert (DeviceAssertFailed).
-  void VerifyChecks();
-  // Remembers the i1 results outs[first..] of a program as device-side asserts.
-  void DeferChecks(const std::vector<std::string>& messages, const std::vector<pjrt::BufferPtr>& outs, size_t first);
+  // The checks guarding the values a request reads (the union over its storage parameters).
+  static CheckSet InputChecks(const Request& request);
+  // One new check per check result of the program (flags not yet computed).
+  static std::vector<CheckPtr> NewChecks(const Program& p);
 
   // Scalar parameters (add's alpha, an optimizer's lr, a 0-d CPU tensor) repeat from op to op
   // and step to step: their device buffers are read-only, so one upload per distinct value
@@ -80,12 +75,6 @@ class Executor {
   // One open graph per process; eager dispatch holds the GIL, the lock covers other threads.
   std::recursive_mutex graph_mu_;
   FusedGraph* graph_;
-  struct DeferredCheck {
-    pjrt::BufferPtr failed;
-    std::string message;
-  };
-  std::mutex checks_mu_;
-  std::vector<DeferredCheck> checks_;
   std::mutex scalar_mu_;
   std::unordered_map<ScalarKey, pjrt::BufferPtr, ScalarKeyHash> scalar_buffers_;
 };

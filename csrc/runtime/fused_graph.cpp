@@ -4,6 +4,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "env.h"
 #include "executor.h"
 #include "metrics.h"
 
@@ -13,16 +14,12 @@ namespace {
 // How many times a graph structure must be flushed before it is compiled whole
 // (TORCH_TPU_FUSED_COMPILE_AFTER; 1 compiles every graph at once).
 int64_t FusedCompileAfter() {
-  static int64_t after = [] {
-    const char* env = std::getenv("TORCH_TPU_FUSED_COMPILE_AFTER");
-    return env ? std::max<int64_t>(1, std::atoll(env)) : int64_t{2};
-  }();
+  static int64_t after = EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX).value_or(2);
   return after;
 }
 
 struct FusedProgram {
   pjrt::ExecutablePtr exe;
-  std::vector<std::string> check_messages;
 };
 
 std::mutex g_fused_mu;
@@ -34,6 +31,11 @@ std::unordered_map<size_t, int> g_seen;  // structure hash -> flushes seen (not 
 void FusedGraph::Record(const Request& request) {
   Program& p = *request.program;
   if (device_ < 0) device_ = request.device;
+  // What this op writes is guarded by the checks of what it reads (pending values included:
+  // their checks were set when they were recorded) and by its own (device_checks.h).
+  CheckSet guards = Executor::InputChecks(request);
+  std::vector<CheckPtr> fresh = Executor::NewChecks(p);
+  for (const CheckPtr& c : fresh) guards.Add(c);
   // Arguments: a pending storage's value from the graph, or a new graph parameter.
   std::vector<int> args;
   args.reserve(p.params.size());
@@ -63,9 +65,10 @@ void FusedGraph::Record(const Request& request) {
 
   // Results: fresh tensors and written storages now hold values of this graph.
   int r = first_result;
-  for (size_t i = 0; i < request.new_storages.size(); ++i) MarkPending(request.new_storages[i], r++, p.new_elems[i]);
-  for (const WriteTarget& w : p.writes) MarkPending(request.storages[w.slot], r++, w.elem);
-  for (const std::string& m : p.check_messages) checks_.push_back({r++, m});
+  for (size_t i = 0; i < request.new_storages.size(); ++i)
+    MarkPending(request.new_storages[i], r++, p.new_elems[i], guards);
+  for (const WriteTarget& w : p.writes) MarkPending(request.storages[w.slot], r++, w.elem, guards);
+  for (const CheckPtr& c : fresh) checks_.push_back({r++, c});
 }
 
 void FusedGraph::Flush(const char* cause) {
@@ -122,7 +125,6 @@ void FusedGraph::Flush(const char* cause) {
       RunOneByOne(outputs, targets);
       return;
     }
-    for (const auto& c : checks_) fused->check_messages.push_back(c.second);
     std::lock_guard<std::mutex> lock(g_fused_mu);
     g_fused[key_] = fused;
     if (hot) metrics.fused_graphs_compiled++;
@@ -132,11 +134,18 @@ void FusedGraph::Flush(const char* cause) {
   for (const auto& b : params) raw.push_back(b->raw());
   Runtime& rt = Runtime::Get();
   int device = device_;
+  std::vector<std::pair<int, CheckPtr>> checks = std::move(checks_);
   Reset();  // before running: a failure must not leave the graph half-flushed
-  std::vector<pjrt::BufferPtr> outs = rt.Execute(*fused->exe, device, raw);
+  std::vector<pjrt::BufferPtr> outs;
+  try {
+    outs = rt.Execute(*fused->exe, device, raw);
+  } catch (const std::exception&) {
+    for (auto& c : checks) c.second->Abandon();
+    throw;
+  }
   metrics.executions++;
   for (size_t i = 0; i < targets.size(); ++i) targets[i].first->AssignComputed(outs[i], targets[i].second);
-  Executor::Get().DeferChecks(fused->check_messages, outs, targets.size());
+  for (size_t i = 0; i < checks.size(); ++i) checks[i].second->SetFlag(outs[targets.size() + i]);
 }
 
 // The recorded calls, each through its own op's program; on a failure every value not yet
@@ -146,7 +155,7 @@ void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& tar
   for (size_t i = 0; i < param_ids_.size(); ++i) values[param_ids_[i]] = params_[i];
   std::vector<Call> calls = std::move(calls_);
   std::vector<std::shared_ptr<Program>> programs = std::move(programs_);
-  std::vector<std::pair<int, std::string>> checks = std::move(checks_);
+  std::vector<std::pair<int, CheckPtr>> checks = std::move(checks_);
   int device = device_;
   Reset();
   Runtime& rt = Runtime::Get();
@@ -175,17 +184,15 @@ void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& tar
       std::string message = std::string("tpu: ") + c.program->name + " (deferred in a fused graph) failed: " + ex.what();
       for (size_t i = 0; i < targets.size(); ++i)
         if (!values[outputs[i]]) targets[i].first->MarkFailed(message);
+      for (auto& [id, check] : checks) {
+        if (values[id]) check->SetFlag(values[id]);
+        else check->Abandon();
+      }
       throw std::runtime_error(message);
     }
   }
   assign_computed();
-  std::vector<std::string> messages;
-  std::vector<pjrt::BufferPtr> flags;
-  for (const auto& [id, m] : checks) {
-    messages.push_back(m);
-    flags.push_back(values[id]);
-  }
-  Executor::Get().DeferChecks(messages, flags, 0);
+  for (auto& [id, check] : checks) check->SetFlag(values[id]);
 }
 
 int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
@@ -196,9 +203,10 @@ int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
   return id;
 }
 
-void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem) {
+void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards) {
   s->pending = true;
   s->elem = elem;
+  s->SetChecks(guards);
   storage_value_[s->uid] = value;
   elem_[s->uid] = elem;
   if (pending_uids_.insert(s->uid).second) pending_order_.emplace_back(s->uid, s->weak_from_this());

@@ -35,7 +35,7 @@ class FusedGraph {
 
   void RunOneByOne(const std::vector<int>& outputs, const Targets& targets);
   int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type);
-  void MarkPending(TpuStorage* s, int value, shlo::ElemType elem);
+  void MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards);
   std::string ModuleText(const std::vector<int>& outputs);
   void Reset();
 
@@ -49,7 +49,7 @@ class FusedGraph {
   std::unordered_map<uint64_t, shlo::ElemType> elem_;
   std::vector<std::pair<uint64_t, std::weak_ptr<TpuStorage>>> pending_order_;
   std::unordered_set<uint64_t> pending_uids_;  // the uids in pending_order_
-  std::vector<std::pair<int, std::string>> checks_;
+  std::vector<std::pair<int, CheckPtr>> checks_;  // value id of each check's flag
   std::vector<int64_t> key_;
   std::unordered_map<int, std::string> refs_;
 };

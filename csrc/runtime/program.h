@@ -11,6 +11,7 @@
 
 #include "../pjrt/pjrt.h"
 #include "../stablehlo/builder.h"
+#include "device_checks.h"
 
 namespace tpu::runtime {
 
@@ -44,7 +45,8 @@ struct Program {
   // Results, in order: one per new tensor (`new_elems`), one per write, one i1 per check.
   std::vector<shlo::ElemType> new_elems;
   std::vector<WriteTarget> writes;
-  std::vector<std::string> check_messages;  // device-side asserts
+  std::vector<std::string> check_messages;  // device-side asserts (device_checks.h)
+  std::vector<CheckKind> check_kinds;       // the exception each raises, by check
 
   // The executable, compiled on first use.
   const pjrt::ExecutablePtr& Compiled();

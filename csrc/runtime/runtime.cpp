@@ -59,13 +59,35 @@ pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
   return buffer;
 }
 
-void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e) {
+void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards) {
   // The open graph would later overwrite this value with a stale one: run it first.
   if (pending) Executor::Get().Flush("overwrite of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
   error.clear();
+  checks = std::move(guards);
+}
+
+CheckSet TpuStorage::Checks() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!checks.empty()) checks.Prune();
+  return checks;
+}
+
+void TpuStorage::SetChecks(CheckSet guards) {
+  std::lock_guard<std::mutex> lock(mu);
+  checks = std::move(guards);
+}
+
+void TpuStorage::RaiseChecks() const {
+  CheckSet guards;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));
+    if (checks.empty()) return;
+    guards = checks;
+  }
+  guards.Raise();  // outside the lock: it may run the open fused graph
 }
 
 void TpuStorage::AssignComputed(pjrt::BufferPtr b, shlo::ElemType e) {
@@ -83,6 +105,12 @@ void TpuStorage::MarkFailed(const std::string& message) {
 }
 
 void TpuStorage::ReadBytes(void* dst) const {
+  if (pending) Executor::Get().Flush("device to host");
+  RaiseChecks();
+  ReadBytesUnchecked(dst);
+}
+
+void TpuStorage::ReadBytesUnchecked(void* dst) const {
   if (pending) Executor::Get().Flush("device to host");
   pjrt::BufferPtr b;
   {
@@ -132,6 +160,8 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   std::optional<int64_t> max_mappings = EnvInt("TORCH_TPU_MAX_MAPPINGS", 1, INT64_MAX);
   (void)EnvBytes("TORCH_TPU_MEMORY_LIMIT");
   (void)EnvBytes("TORCH_TPU_CACHE_MAX_BYTES");
+  (void)EnvInt("TORCH_TPU_FUSED_MAX_OPS", 1, INT64_MAX);  // read by fused mode, checked in every mode
+  (void)EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX);
   auto plugin = pjrt::Plugin::Load(config_.plugin_path);
   // Only the CPU plugin knows cpu_device_count; it is the one whose path says so.
   bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;

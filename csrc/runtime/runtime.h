@@ -14,6 +14,7 @@
 
 #include "../pjrt/pjrt.h"
 #include "../stablehlo/builder.h"
+#include "device_checks.h"
 
 namespace tpu::runtime {
 
@@ -34,17 +35,28 @@ struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   // Set when the fused graph that was to compute this value failed: reading it raises this
   // (the value never existed), until the storage is wholly overwritten.
   std::string error;
+  // The deferred device checks guarding the current value (device_checks.h).
+  CheckSet checks;
 
   int64_t numel() const { return static_cast<int64_t>(nbytes / shlo::ByteSize(elem)); }
   // The buffer, created as zeros of `elem_if_new` when never written.
   pjrt::BufferPtr Materialize(shlo::ElemType elem_if_new);
-  void Assign(pjrt::BufferPtr b, shlo::ElemType e);
+  // A new value for the whole storage, guarded by `guards` (none for bytes from the host).
+  void Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards = {});
   // Assign from the fused graph that computed a pending value (no flush).
   void AssignComputed(pjrt::BufferPtr b, shlo::ElemType e);
   // The fused graph that was to compute this pending value failed with `message`.
   void MarkFailed(const std::string& message);
-  // Raw bytes of the storage (zeros if never written). Waits for pending work.
+  // The checks guarding the current value (pruned of those known to pass), and replacing them.
+  CheckSet Checks();
+  void SetChecks(CheckSet guards);
+  // Throws CheckFailed if a check guarding the value failed (waits for the checks).
+  void RaiseChecks() const;
+  // Raw bytes of the storage (zeros if never written), after RaiseChecks: a host read.
+  // Waits for pending work.
   void ReadBytes(void* dst) const;
+  // The same bytes without raising (a partial write patched on the host keeps the checks).
+  void ReadBytesUnchecked(void* dst) const;
 };
 
 struct RuntimeConfig {
