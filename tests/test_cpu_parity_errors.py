@@ -174,6 +174,19 @@ def test_overlapping_writes_raise_like_the_cpu(case):
     assert "single memory location" in str(err)
 
 
+def test_overlap_is_checked_when_only_the_view_offset_changes():
+    # Views shorter than their storage take their offset at run time (outside the signature):
+    # a disjoint call first must not let a later overlapping call of the same shapes through.
+    for d in ["cpu", "tpu"]:
+        x = torch.arange(8.0, device=d)
+        x[4:6] += x[0:2]
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x[1:3] += x[0:2]
+        with pytest.raises(RuntimeError, match="single memory location"):
+            torch.add(x[0:2], 1, out=x[1:3])
+        assert torch.equal(x.cpu(), torch.tensor([0.0, 1, 2, 3, 4, 6, 6, 7]))
+
+
 def test_full_overlap_and_disjoint_views_are_fine():
     for d in ["cpu", "tpu"]:
         x = torch.arange(4.0, device=d)

@@ -178,6 +178,8 @@ class GenericKernel final : public c10::OperatorKernel {
     }
     if (program) {
       GetMetrics().signature_hits++;
+      if (program->recheck_overlap)
+        CheckWriteOverlap(op, *stack, first, e_->num_args, e_->num_outs, e_->variant == Variant::Inplace);
       // A factory's out= size can depend on Scalar values, which the signature leaves out
       // (arange(0, n, out=...)): for out= ops whose only tensors are the outs, out sizes are
       // re-derived on hits too.
@@ -196,8 +198,9 @@ class GenericKernel final : public c10::OperatorKernel {
       }
       GetMetrics().signature_misses++;
       NoteRecompile(*e_, *stack, first);
-      // Aliasing is part of the signature, so a write overlapping its own inputs is refused
-      // here, once per signature, before a program that would compute something else exists.
+      // A write overlapping its own inputs is refused before a program that would compute
+      // something else exists: once per signature, or on every call where a run-time view
+      // offset can change the overlap (recheck_overlap, overlap.cpp).
       if (e_->variant != Variant::Functional)
         CheckWriteOverlap(op, *stack, first, e_->num_args, e_->num_outs, e_->variant == Variant::Inplace);
       try {
@@ -210,6 +213,8 @@ class GenericKernel final : public c10::OperatorKernel {
       } catch (const std::exception& ex) {
         RethrowAsTorchError(ex, e_->name);
       }
+      program->recheck_overlap = e_->variant != Variant::Functional &&
+          WritesIntoAnAliasedStorage(*stack, first, e_->num_args, e_->num_outs, e_->variant == Variant::Inplace);
       std::lock_guard<std::mutex> lock(g_cache_mu);
       g_programs[call.key] = program;
     }

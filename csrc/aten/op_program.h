@@ -55,6 +55,9 @@ struct OpProgram {
   std::vector<NewTensor> new_tensors;  // program outputs 0..n-1 (undefined ones have none)
   bool returns_list = false;
   bool fallback = false;  // the CPU runs this signature
+  // A write into a storage the call also reads through another view: with run-time offsets
+  // (outside the signature) overlap can differ from call to call, so it is checked on each.
+  bool recheck_overlap = false;
 };
 
 // Builds the signature and collects tensors, scalars and generators of the call.

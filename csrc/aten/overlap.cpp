@@ -3,7 +3,9 @@
 // (`x[1:5] += x[0:4]`, `out=` a shifted view of an input). Meta kernels skip these checks, and
 // a program would compute something else, so such a call is replayed on CPU tensors of the
 // same geometry and aliasing: the CPU's own checks decide, with its message. The signature
-// records every tensor's geometry and aliasing, so this runs once per signature (on a miss).
+// records every tensor's geometry and aliasing, so this runs once per signature (on a miss),
+// except where a written storage is also read through another view: a view's offset may be a
+// run-time parameter, outside the signature, so such calls are checked every time.
 #include <ATen/MemoryOverlap.h>
 
 #include <unordered_map>
@@ -73,15 +75,33 @@ void ReplayOnCpu(const c10::OperatorHandle& op, const torch::jit::Stack& stack, 
   op.callBoxed(cpu);
 }
 
-}  // namespace
-
-void CheckWriteOverlap(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t num_args,
-                       size_t num_outs, bool inplace) {
-  std::vector<at::Tensor> written, read;
+void Split(const torch::jit::Stack& stack, size_t first, size_t num_args, size_t num_outs, bool inplace,
+           std::vector<at::Tensor>& written, std::vector<at::Tensor>& read) {
   for (size_t i = 0; i < num_args; ++i) {
     bool is_written = inplace ? i == 0 : i >= num_args - num_outs;
     TensorsOf(stack[first + i], is_written ? written : read);
   }
+}
+
+}  // namespace
+
+bool WritesIntoAnAliasedStorage(const torch::jit::Stack& stack, size_t first, size_t num_args, size_t num_outs,
+                                bool inplace) {
+  std::vector<at::Tensor> written, read;
+  Split(stack, first, num_args, num_outs, inplace, written, read);
+  for (size_t i = 0; i < written.size(); ++i) {
+    for (const at::Tensor& r : read)
+      if (!r.is_same(written[i]) && r.storage().is_alias_of(written[i].storage())) return true;
+    for (size_t j = i + 1; j < written.size(); ++j)
+      if (written[j].storage().is_alias_of(written[i].storage())) return true;
+  }
+  return false;
+}
+
+void CheckWriteOverlap(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t num_args,
+                       size_t num_outs, bool inplace) {
+  std::vector<at::Tensor> written, read;
+  Split(stack, first, num_args, num_outs, inplace, written, read);
   if (written.empty() || !Overlaps(written, read)) return;
   ReplayOnCpu(op, stack, first, num_args);  // raises as the CPU does; else the op is fine there too
 }

@@ -12,4 +12,9 @@ namespace tpu::aten {
 void CheckWriteOverlap(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first, size_t num_args,
                        size_t num_outs, bool inplace);
 
+// Whether a target shares its storage with another tensor argument (not the same tensor):
+// only then can partial overlap vary between calls of one signature.
+bool WritesIntoAnAliasedStorage(const torch::jit::Stack& stack, size_t first, size_t num_args, size_t num_outs,
+                                bool inplace);
+
 }  // namespace tpu::aten
