@@ -94,6 +94,15 @@ def test_index_validating_ops_raise_like_the_cpu(case):
 
 
 @pytest.mark.parametrize("case", [
+    lambda d: LOGITS.to(d).index_select(0, torch.tensor([0.0]).to(d)),
+    lambda d: LOGITS.to(d).index_select(0, torch.tensor([0], dtype=torch.uint8).to(d)),
+    lambda d: LOGITS.to(d).index_add(0, torch.tensor([0.0]).to(d), torch.ones(1, 3).to(d)),
+], ids=["index_select_float", "index_select_uint8", "index_add_float"])
+def test_index_of_a_non_integer_dtype_raises(case):
+    same_error(case, match="int32")
+
+
+@pytest.mark.parametrize("case", [
     lambda d: torch.ones(0, device=d).max(),
     lambda d: torch.ones(0, device=d).min(),
     lambda d: torch.ones(0, 3, device=d).max(0),

@@ -27,10 +27,18 @@ void CheckIndex(Ctx& ctx, Value index, int64_t dim, int64_t size, bool allow_neg
                RaisesRuntimeError(op) ? Ctx::ErrorKind::Runtime : Ctx::ErrorKind::Index);
 }
 
+// The CPU refuses an index tensor that is not int32/int64 (a float index would be truncated
+// silently here, and their Meta kernels do not check).
+void RequireIntIndex(const Value& index, const char* op) {
+  if (index.type.elem != ElemType::S32 && index.type.elem != ElemType::S64)
+    throw std::runtime_error(std::string(op) + "(): Expected dtype int32 or int64 for index");
+}
+
 // index_select(x, dim, index) = x gathered along dim.
 std::vector<Value> LowerIndexSelect(Ctx& ctx, const Args& a) {
   Value x = a.tensor(0);
   int64_t r = x.type.rank();
+  RequireIntIndex(a.tensor(2), "index_select");
   Value index = ConvertTo(ctx, a.tensor(2), ElemType::S64);
   if (r == 0) {
     CheckIndex(ctx, index, 0, 1, false, "index_select");
@@ -196,6 +204,7 @@ std::vector<Value> LowerIndexAdd(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
   Value self = CastTo(ctx, a.tensor(0), t), source = ConvertTo(ctx, a.tensor(3), t.elem);
   int64_t dim = WrapDim(a.int_(1), t.rank());
+  RequireIntIndex(a.tensor(2), "index_add_");
   CheckIndex(ctx, a.tensor(2), dim, t.rank() == 0 ? 1 : t.dims[dim], false, "index_add");
   if (a.tensor(2).type.numel() == 0 || t.numel() == 0) return {self};
   if (t.rank() == 0) source = ctx.b.Reshape(source, {});
