@@ -72,6 +72,7 @@ seen = []
 for i in range(5):
     y = (x * (i + 1)).exp().sum()  # a different scalar each time: a run-time parameter
     assert abs(y.item() - (x.cpu() * (i + 1)).exp().sum().item()) < 1e-3 * abs(y.item())
+    torch_tpu._C._await_background_compiles()  # settle the background compile, for exact counts
     m = torch_tpu.metrics()
     seen.append([m["fused_graphs_op_by_op"], m["fused_graphs_compiled"], m["disk_cache_hits"]])
 print(json.dumps(seen))
@@ -79,8 +80,10 @@ print(json.dumps(seen))
 
 
 def test_fused_graphs_are_cached_by_structure(tmp_path):
-    # First sight of a structure: op by op through per-op programs; second: compiled whole;
-    # then it only runs. A new process finds the whole program in the disk cache at first sight.
+    # First sight of a structure: op by op through per-op programs; second: compiled whole in
+    # the background while its ops run one by one once more; then the whole program runs. A
+    # new process finds the whole program in the disk cache at first sight (the first process
+    # finished the compile before exiting).
     import json
 
     from conftest import run_python
@@ -89,7 +92,7 @@ def test_fused_graphs_are_cached_by_structure(tmp_path):
     out = run_python(TIERING_CHILD, env)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert [s[0] for s in seen] == [1, 1, 1, 1, 1]
+    assert [s[0] for s in seen] == [1, 2, 2, 2, 2]
     assert [s[1] for s in seen] == [0, 1, 1, 1, 1]
     out = run_python(TIERING_CHILD, env)
     assert out.returncode == 0, out.stderr
@@ -98,13 +101,57 @@ def test_fused_graphs_are_cached_by_structure(tmp_path):
     assert seen[0][2] >= 1  # the whole graph came from the disk cache
 
 
-def test_fused_compile_at_first_sight_when_asked(tmp_path):
+def test_fused_compile_in_the_flush_when_asked(tmp_path):
+    # TORCH_TPU_FUSED_BACKGROUND_COMPILE=0: the flush that repeats a structure compiles it and
+    # runs it whole at once.
     from conftest import run_python
 
-    out = run_python(TIERING_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_COMPILE_AFTER": "1"})
+    out = run_python(TIERING_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_BACKGROUND_COMPILE": "0"})
     assert out.returncode == 0, out.stderr
     seen = __import__("json").loads(out.stdout.strip().splitlines()[-1])
-    assert [s[0] for s in seen] == [0] * 5 and [s[1] for s in seen] == [1] * 5
+    assert [s[0] for s in seen] == [1] * 5 and [s[1] for s in seen] == [0, 1, 1, 1, 1]
+
+
+def test_fused_background_compile_serves_while_compiling(tmp_path):
+    # A structure repeated many times while its whole program compiles: every result is right
+    # (the per-op programs serve meanwhile), and the switch to the whole program happens.
+    from conftest import run_python
+
+    code = """
+import torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.randn(64, 64)
+w = torch.randn(64, 64)
+xt, wt = x.to("tpu"), w.to("tpu")
+def step(i):  # one structure; the scale is a run-time parameter
+    torch.testing.assert_close(torch.tanh((xt * (i + 1)) @ wt).add(xt * 0.5).cpu(),
+                               torch.tanh((x * (i + 1)) @ w).add(x * 0.5), rtol=1e-4, atol=1e-4)
+for i in range(30):
+    step(i)
+torch_tpu._C._await_background_compiles()
+for i in range(3):
+    step(i)
+m = torch_tpu.metrics()
+print("COUNTS", m["fused_graphs_run"], m["fused_graphs_op_by_op"], m["fused_graphs_compiled"])
+"""
+    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    run, op_by_op, compiled = map(int, out.stdout.split("COUNTS")[1].split())
+    assert compiled >= 1 and op_by_op < run  # some flushes ran the whole program
+    assert op_by_op >= 2  # the first sight, and the flush that queued the compile
+
+
+@pytest.mark.parametrize("background", ["1", "0"])
+def test_fused_compile_at_first_sight_when_asked(tmp_path, background):
+    # The first sight queues the compile (its ops run one by one meanwhile), or with background
+    # compiles off, compiles in the flush and runs whole at once.
+    from conftest import run_python
+
+    out = run_python(TIERING_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_COMPILE_AFTER": "1",
+                                     "TORCH_TPU_FUSED_BACKGROUND_COMPILE": background})
+    assert out.returncode == 0, out.stderr
+    seen = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert [s[0] for s in seen] == [int(background)] * 5 and [s[1] for s in seen] == [1] * 5
 
 
 def test_fused_in_place_and_views_see_each_other():

@@ -82,6 +82,7 @@ def _drain_at_exit():
     # threads (an abort at exit): wait for them first.
     if _C._initialized():
         try:
+            _C._await_background_compiles()  # whole fused graphs still compiling
             _C._synchronize(-1)
             if _autograd_threads_started():
                 _C._quiesce_autograd_threads()  # see csrc/aten/module.cpp

@@ -4,13 +4,18 @@ from . import _C, _compile_stats
 
 class _Metrics:
     def __call__(self):
-        """Returns a dict of counters: ops, compiles, cache hits, executions, syncs, fallbacks."""
+        """Returns a dict of counters: ops, compiles, cache hits, executions, syncs, fallbacks.
+
+        Whole fused graphs compile in the background; this waits for the ones queued so far, so
+        the compile counters are settled (a compile is counted in the window that asked for it)."""
+        _C._await_background_compiles()
         m = _C._metrics()
         m.update(_compile_stats.snapshot())
         m.update(_C._graph_stats())
         return m
 
     def reset(self):
+        _C._await_background_compiles()  # a compile queued before must not count after
         _C._reset_metrics()
         _compile_stats.reset()
         _C._graph_stats(True)

@@ -8,6 +8,7 @@
 #include "common.h"
 #include "dispatch.h"
 #include "../lowering/lowering.h"
+#include "../runtime/background_compile.h"
 #include "../runtime/disk_cache.h"
 #include "../runtime/metrics.h"
 
@@ -99,6 +100,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_current_device", [] { return static_cast<int>(aten::CurrentDevice()); });
   m.def("_set_device", [](int index) { aten::SetCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
   m.def("_executions_in_flight", [](int device) { return runtime::Runtime::Get().ExecutionsInFlight(device); });
+  // Whole fused graphs compiling in the background (csrc/runtime/background_compile.h).
+  m.def("_await_background_compiles", [] {
+    py::gil_scoped_release release;
+    runtime::AwaitBackgroundCompiles();
+  });
   m.def("_synchronize", [](int device) {
     py::gil_scoped_release release;
     aten::SynchronizeDevice(device);

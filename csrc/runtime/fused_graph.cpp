@@ -1,14 +1,25 @@
 #include "fused_graph.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
+#include "background_compile.h"
 #include "env.h"
 #include "executor.h"
 #include "metrics.h"
 
 namespace tpu::runtime {
+
+// A whole graph's program. One compiling in the background is registered at once, so that
+// flushes of its structure meanwhile run op by op instead of queueing it again.
+struct FusedProgram {
+  enum State { kCompiling, kReady, kFailed };
+  std::atomic<int> state{kReady};
+  pjrt::ExecutablePtr exe;  // set before state becomes kReady
+};
+
 namespace {
 
 // How many times a graph structure must be flushed before it is compiled whole
@@ -17,10 +28,6 @@ int64_t FusedCompileAfter() {
   static int64_t after = EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX).value_or(2);
   return after;
 }
-
-struct FusedProgram {
-  pjrt::ExecutablePtr exe;
-};
 
 std::mutex g_fused_mu;
 std::unordered_map<std::vector<int64_t>, std::shared_ptr<FusedProgram>, KeyHash> g_fused;
@@ -105,18 +112,35 @@ void FusedGraph::Flush(const char* cause) {
       hot = ++g_seen[KeyHash()(key_)] >= FusedCompileAfter();
     }
   }
+  if (fused && fused->state.load(std::memory_order_acquire) != FusedProgram::kReady) {
+    metrics.fused_graphs_op_by_op++;  // still compiling in the background, or it failed to
+    RunOneByOne(outputs, targets);
+    return;
+  }
   if (!fused) {
     fused = std::make_shared<FusedProgram>();
     std::string module = ModuleText(outputs);
     std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
+    bool later = false;
     try {
       // Near the process's mapping budget a whole graph is not loaded at all: its ops run
       // through per-op programs, which other graphs share (Runtime::MappingsTight).
       Runtime& rt = Runtime::Get();
-      if (!rt.MappingsTight()) fused->exe = hot ? rt.Compile(module, what) : rt.Cached(module);
+      if (!rt.MappingsTight()) fused->exe = rt.Cached(module);
+      if (!fused->exe && hot && !rt.MappingsTight()) {
+        later = BackgroundCompileEnabled();
+        if (!later) fused->exe = rt.Compile(module, what);
+      }
     } catch (const std::exception&) {
       // Run the ops one by one instead: those before the culprit compute their values, and
       // the culprit raises its own error, naming it.
+      RunOneByOne(outputs, targets);
+      return;
+    }
+    if (later) {
+      CompileLater(std::move(module), what, fused);
+      metrics.fused_graphs_compiled++;  // counted when decided, as a compile in the flush was
+      metrics.fused_graphs_op_by_op++;
       RunOneByOne(outputs, targets);
       return;
     }
@@ -146,6 +170,21 @@ void FusedGraph::Flush(const char* cause) {
   metrics.executions++;
   for (size_t i = 0; i < targets.size(); ++i) targets[i].first->AssignComputed(outs[i], targets[i].second);
   for (size_t i = 0; i < checks.size(); ++i) checks[i].second->SetFlag(outs[targets.size() + i]);
+}
+
+// Registers `fused` as compiling under the current key and queues its module; flushes of the
+// structure run op by op until the worker marks it ready (or failed: then always op by op).
+void FusedGraph::CompileLater(std::string module, const std::string& what, const std::shared_ptr<FusedProgram>& fused) {
+  fused->state.store(FusedProgram::kCompiling, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(g_fused_mu);
+    g_fused[key_] = fused;
+  }
+  CompileInBackground(std::move(module), what, [fused](pjrt::ExecutablePtr exe) {
+    bool ok = static_cast<bool>(exe);
+    fused->exe = std::move(exe);
+    fused->state.store(ok ? FusedProgram::kReady : FusedProgram::kFailed, std::memory_order_release);
+  });
 }
 
 // The recorded calls, each through its own op's program; on a failure every value not yet

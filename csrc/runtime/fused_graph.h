@@ -15,6 +15,8 @@
 
 namespace tpu::runtime {
 
+struct FusedProgram;
+
 class FusedGraph {
  public:
   bool empty() const { return calls_.empty(); }
@@ -34,6 +36,7 @@ class FusedGraph {
   using Targets = std::vector<std::pair<std::shared_ptr<TpuStorage>, shlo::ElemType>>;
 
   void RunOneByOne(const std::vector<int>& outputs, const Targets& targets);
+  void CompileLater(std::string module, const std::string& what, const std::shared_ptr<FusedProgram>& fused);
   int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type);
   void MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards);
   std::string ModuleText(const std::vector<int>& outputs);

@@ -265,7 +265,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
   return executables_.emplace(module_text, exe).first->second;
 }
 
-pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name) {
+pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name, bool notice) {
   if (pjrt::ExecutablePtr exe = Cached(module_text)) return exe;
   Metrics& m = GetMetrics();
   std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, disk_key_options_);
@@ -273,7 +273,8 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   CheckProgramLimit();
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
-  CompileNotice notice(op_name, cache_dir_);
+  std::optional<CompileNotice> waiting;
+  if (notice) waiting.emplace(op_name, cache_dir_);
   try {
     exe = client_->Compile(module_text, compile_options_);
   } catch (const pjrt::Error& e) {

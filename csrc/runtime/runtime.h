@@ -77,8 +77,9 @@ class Runtime {
   const RuntimeConfig& config() const { return config_; }
 
   // Compiles a module, or finds it in the memory cache, or loads it from the disk cache
-  // ($TORCH_TPU_CACHE_DIR); `op_name` is for errors and metrics.
-  pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name);
+  // ($TORCH_TPU_CACHE_DIR); `op_name` is for errors and metrics. `notice`: a caller waits on it
+  // (compile_notice.h); background compiles keep quiet.
+  pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name, bool notice = true);
   // The executable of a module compiled before (memory cache, then disk cache); null if none.
   pjrt::ExecutablePtr Cached(const std::string& module_text);
   // Folder of this plugin's disk cache ("" when disabled).

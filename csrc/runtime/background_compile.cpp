@@ -1,0 +1,82 @@
+#include "background_compile.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "env.h"
+#include "runtime.h"
+
+namespace tpu::runtime {
+namespace {
+
+struct Job {
+  std::string module, name;
+  std::function<void(pjrt::ExecutablePtr)> done;
+};
+
+struct Worker {
+  std::mutex mu;
+  std::condition_variable cv;       // a job arrived
+  std::condition_variable idle_cv;  // the queue emptied and no job runs
+  std::deque<Job> jobs;
+  bool busy = false;
+  bool started = false;
+};
+
+// Never destroyed: the detached thread may still wait on it during static destruction.
+Worker& GetWorker() {
+  static Worker* worker = new Worker();
+  return *worker;
+}
+
+void Loop() {
+  Worker& w = GetWorker();
+  std::unique_lock<std::mutex> lock(w.mu);
+  for (;;) {
+    w.cv.wait(lock, [&] { return !w.jobs.empty(); });
+    Job job = std::move(w.jobs.front());
+    w.jobs.pop_front();
+    w.busy = true;
+    lock.unlock();
+    pjrt::ExecutablePtr exe;
+    try {
+      exe = Runtime::Get().Compile(job.module, job.name, /*notice=*/false);
+    } catch (const std::exception&) {
+      // The graph's ops keep running through their own programs; a bad op raises there.
+    }
+    job.done(std::move(exe));
+    lock.lock();
+    w.busy = false;
+    if (w.jobs.empty()) w.idle_cv.notify_all();
+  }
+}
+
+}  // namespace
+
+bool BackgroundCompileEnabled() {
+  static const bool enabled = EnvInt("TORCH_TPU_FUSED_BACKGROUND_COMPILE", 0, 1).value_or(1) == 1;
+  return enabled;
+}
+
+void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done) {
+  Worker& w = GetWorker();
+  std::lock_guard<std::mutex> lock(w.mu);
+  if (!w.started) {
+    std::thread(Loop).detach();
+    std::atexit(AwaitBackgroundCompiles);  // also covers exits that skip Python's atexit
+    w.started = true;
+  }
+  w.jobs.push_back({std::move(module), std::move(name), std::move(done)});
+  w.cv.notify_one();
+}
+
+void AwaitBackgroundCompiles() {
+  Worker& w = GetWorker();
+  std::unique_lock<std::mutex> lock(w.mu);
+  w.idle_cv.wait(lock, [&] { return w.jobs.empty() && !w.busy; });
+}
+
+}  // namespace tpu::runtime

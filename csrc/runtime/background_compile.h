@@ -1,0 +1,30 @@
+// Whole fused graphs compile off the thread that runs them. The flush that first repeats a
+// graph structure queues its module here and runs its ops through the per-op programs, which
+// every graph shares; a later flush of the same structure runs the whole program once it is
+// ready. So the call that decides to compile does not stall on XLA (a second generate() call
+// used to be slower than the first), and no call is slower than the one before it.
+// Torch-free.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "../pjrt/pjrt.h"
+
+namespace tpu::runtime {
+
+// True unless TORCH_TPU_FUSED_BACKGROUND_COMPILE=0 (then a fused graph compiles in the flush
+// that decides to compile it, as before).
+bool BackgroundCompileEnabled();
+
+// Queues `module` to compile on the worker thread (through Runtime::Compile, so the memory and
+// disk caches and the metrics see it); `done` runs there with the executable, or null when the
+// compile failed (the graph's ops then keep running one by one, where a failing op raises).
+void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done);
+
+// Waits until every queued compile has finished: at exit (a compile still running when the
+// PJRT client's threads are torn down would abort the process; finishing also fills the disk
+// cache for the next run), and where a test or benchmark needs a settled state.
+void AwaitBackgroundCompiles();
+
+}  // namespace tpu::runtime
