@@ -141,6 +141,28 @@ print("COUNTS", m["fused_graphs_run"], m["fused_graphs_op_by_op"], m["fused_grap
     assert op_by_op >= 2  # the first sight, and the flush that queued the compile
 
 
+def test_forked_child_exits_while_parent_compiles():
+    # The child has no compile worker: waiting for the parent's queued compiles at its exit
+    # would never end.
+    from conftest import run_python
+
+    code = """
+import os, sys, torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.randn(128, 128, device="tpu")
+for i in range(2):
+    (x @ x * (i + 1)).tanh().sum().item()  # the repeat queues a whole-graph compile
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit: Python's and C's atexit handlers run
+_, status = os.waitpid(pid, 0)
+print("CHILD", status)
+"""
+    out = run_python(code, {}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "CHILD 0" in out.stdout
+
+
 @pytest.mark.parametrize("background", ["1", "0"])
 def test_fused_compile_at_first_sight_when_asked(tmp_path, background):
     # The first sight queues the compile (its ops run one by one meanwhile), or with background

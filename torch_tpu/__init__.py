@@ -77,10 +77,22 @@ def _autograd_threads_started():
     return False
 
 
+_runtime_inherited = False  # this process is a fork of one whose runtime had started
+
+
+def _after_fork_in_child():
+    global _runtime_inherited
+    _runtime_inherited = _runtime_inherited or _C._initialized()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _drain_at_exit():
     # Programs still running when the interpreter exits would outlive the PJRT client's
-    # threads (an abort at exit): wait for them first.
-    if _C._initialized():
+    # threads (an abort at exit): wait for them first. A forked child has none of the client's
+    # threads: waiting on the parent's executions would never end.
+    if _C._initialized() and not _runtime_inherited:
         try:
             _C._await_background_compiles()  # whole fused graphs still compiling
             _C._synchronize(-1)

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 
 #include "env.h"
@@ -27,10 +28,13 @@ struct Worker {
 };
 
 // Never destroyed: the detached thread may still wait on it during static destruction.
-Worker& GetWorker() {
-  static Worker* worker = new Worker();
-  return *worker;
-}
+Worker* g_worker = new Worker();
+
+Worker& GetWorker() { return *g_worker; }
+
+// A forked child has no worker thread, and the parent's mutex may have been held at the fork:
+// the child starts from an empty worker (else waiting at its exit would never end).
+void ForgetWorkerInChild() { g_worker = new Worker(); }
 
 void Loop() {
   Worker& w = GetWorker();
@@ -67,6 +71,7 @@ void CompileInBackground(std::string module, std::string name, std::function<voi
   if (!w.started) {
     std::thread(Loop).detach();
     std::atexit(AwaitBackgroundCompiles);  // also covers exits that skip Python's atexit
+    pthread_atfork(nullptr, nullptr, ForgetWorkerInChild);
     w.started = true;
   }
   w.jobs.push_back({std::move(module), std::move(name), std::move(done)});
