@@ -306,6 +306,9 @@ void RegisterLoweredOps() {
   for (const c10::OperatorName& n : dispatcher.getAllOpNames()) overloads[n.name].push_back(n);
 
   auto add = [&](std::shared_ptr<OpEntry> entry) {
+    // The lowering receives the inputs (not the out= tensors), then an implicit RNG state.
+    entry->lowering_names.assign(entry->args.names.begin(), entry->args.names.begin() + (entry->num_args - entry->num_outs));
+    if (entry->implicit_rng) entry->lowering_names.push_back("generator");
     const auto& on = entry->op->operator_name();
     std::string qualified = on.overload_name.empty() ? on.name : on.name + "." + on.overload_name;
     std::string unqualified = qualified.substr(qualified.find("::") + 2);
@@ -325,11 +328,9 @@ void RegisterLoweredOps() {
     entry->fn = lowering::Find(name);
     entry->op = *handle;
     entry->num_args = schema.arguments().size();
-    entry->num_outs = CountOuts(schema);
-    for (const auto& a : schema.arguments()) entry->arg_class.push_back(ClassOf(a));
-    entry->implicit_rng = handle->hasTag(at::Tag::nondeterministic_seeded) &&
-                          std::find(entry->arg_class.begin(), entry->arg_class.end(), kGeneratorArg) ==
-                              entry->arg_class.end();
+    entry->args = ClassifyArguments(*handle);
+    entry->num_outs = entry->args.num_outs;
+    entry->implicit_rng = entry->args.implicit_rng;
     if (entry->num_outs > 0) {
       entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
       add(entry);
@@ -351,8 +352,7 @@ void RegisterLoweredOps() {
       ie->name = on.name + "_." + on.overload_name;
       ie->variant = Variant::Inplace;
       ie->op = *inplace;
-      ie->arg_class.clear();
-      for (const auto& a : inplace->schema().arguments()) ie->arg_class.push_back(ClassOf(a));
+      ie->args = ClassifyArguments(*inplace);
       add(ie);
     }
     // out= twins: overloads of the same name whose inputs match and that end in out args.
@@ -378,8 +378,7 @@ void RegisterLoweredOps() {
       oe->op = *oh;
       oe->num_args = oh->schema().arguments().size();
       oe->num_outs = outs;
-      oe->arg_class.clear();
-      for (const auto& a : oh->schema().arguments()) oe->arg_class.push_back(ClassOf(a));
+      oe->args = ClassifyArguments(*oh);
       add(oe);
     }
   }

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "arguments.h"
 #include "operands.h"
 #include "../runtime/executor.h"
 
@@ -52,6 +53,7 @@ struct GArg {
 struct GNode {
   std::string name, op;
   lowering::LowerFn fn = nullptr;
+  std::shared_ptr<const OpArguments> schema;  // the op's argument names and roles
   std::vector<GArg> args;
   std::vector<GType> outs;
   int64_t first_id = 0;  // value id of outs[0]
@@ -116,6 +118,23 @@ GArg ArgOf(const py::handle& h) {
   return g;
 }
 
+// The classification of an op's arguments (arguments.h), once per op name; null for names
+// the dispatcher does not know.
+std::shared_ptr<const OpArguments> ArgumentsOf(const std::string& op) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const OpArguments>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(op);
+  if (it != cache.end()) return it->second;
+  auto dot = op.find('.');
+  auto handle = c10::Dispatcher::singleton().findOp(
+      c10::OperatorName(op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1)));
+  std::shared_ptr<const OpArguments> args;
+  if (handle) args = std::make_shared<const OpArguments>(ClassifyArguments(*handle));
+  cache[op] = args;
+  return args;
+}
+
 // Thrown when a program cannot be built for these inputs; Python runs the graph eagerly.
 struct NotLowerable : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -136,6 +155,7 @@ class Graph {
       node.name = n[0].cast<std::string>();
       node.op = n[1].cast<std::string>();
       node.fn = node.op == "aten::copy_" ? nullptr : lowering::Find(node.op);
+      if (node.fn) node.schema = ArgumentsOf(node.op);
       for (py::handle a : n[2]) node.args.push_back(ArgOf(a));
       for (py::handle o : n[3]) node.outs.push_back(TypeOf(o));
       node.first_id = next_id;
@@ -368,7 +388,7 @@ class Graph {
       }
       args.push_back(std::move(a));
     }
-    std::vector<shlo::Value> results = node.fn(ctx, lowering::Args(args));
+    std::vector<shlo::Value> results = node.fn(ctx, lowering::Args(args, node.schema ? &node.schema->names : nullptr));
     if (results.size() != node.outs.size()) {
       throw std::runtime_error("lowering returned " + std::to_string(results.size()) + " results, expected " +
                                std::to_string(node.outs.size()));
@@ -581,6 +601,22 @@ void RegisterGraphBindings(py::module_& m) {
       },
       py::arg("reset") = false);
   m.def("_graph_only_ops", &lowering::GraphOnlyOps);
+  // The argument model (arguments.h) as torch_tpu/compile.py reads it: each argument's name
+  // and role, and the kinds of the description it sends back, by name.
+  m.def("_op_arguments", [](const std::string& op) -> py::object {
+    auto args = ArgumentsOf(op);
+    if (!args) return py::none();
+    py::list roles;
+    for (ArgRole r : args->roles) roles.append(RoleName(r));
+    return py::make_tuple(args->names, roles);
+  });
+  m.def("_arg_kinds", [] {
+    py::dict d;
+    const char* names[] = {"none", "tensor", "scalar", "int", "double", "bool", "ints", "doubles", "bools",
+                           "str", "tensors", "scalars", "dtype", "layout", "memory_format", "generator"};
+    for (int i = 0; i <= kGeneratorArg; ++i) d[names[i]] = i;
+    return d;
+  });
 }
 
 }  // namespace tpu::aten

@@ -11,17 +11,6 @@ using lowering::Arg;
 using runtime::ParamSource;
 using runtime::TpuStorage;
 
-ArgClass ClassOf(const c10::Argument& a) {
-  c10::TypePtr t = a.type();
-  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-  if (t->kind() == c10::TypeKind::NumberType) return kScalarArg;
-  if (t->kind() == c10::TypeKind::GeneratorType) return kGeneratorArg;
-  if (t->kind() == c10::TypeKind::ListType &&
-      t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::NumberType)
-    return kScalarListArg;
-  return kPlainArg;
-}
-
 namespace {
 
 std::vector<int64_t> IntsOf(const c10::IValue& v) {
@@ -41,17 +30,17 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
   for (size_t i = 0; i < e.num_args; ++i) {
     const c10::IValue& v = stack[first + i];
     auto& k = call.key;
-    if (v.isNone() && e.arg_class[i] != kGeneratorArg) {
+    if (v.isNone() && e.role(i) != ArgRole::kGenerator) {
       k.push_back(kNone);
     } else if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (!t.defined()) k.push_back(kNone);
       else AddTensor(call, call.key, t, seen);
-    } else if (e.arg_class[i] == kGeneratorArg) {
+    } else if (e.role(i) == ArgRole::kGenerator) {
       k.push_back(kGenerator);
       call.generators.push_back(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()));
       continue;
-    } else if (e.arg_class[i] == kScalarArg) {
+    } else if (e.role(i) == ArgRole::kScalar) {
       AddScalar(call, call.key, v.toScalar());
     } else if (v.isInt() || v.isSymInt()) {
       k.push_back(kInt);
@@ -93,7 +82,7 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
         else AddTensor(call, call.key, item.toTensor(), seen);
       }
       k.push_back(kListEnd);
-    } else if (e.arg_class[i] == kScalarListArg) {
+    } else if (e.role(i) == ArgRole::kScalarList) {
       // Scalar[] (foreach ops): run-time scalars.
       k.push_back(kOther);
       for (const c10::IValue& item : v.toListRef()) AddScalar(call, call.key, item.toScalar());
@@ -324,7 +313,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
   for (size_t i = 0; i < num_inputs; ++i) {
     const c10::IValue& v = stack[first + i];
     Arg& a = args[i];
-    if (e.arg_class[i] == kGeneratorArg) {
+    if (e.role(i) == ArgRole::kGenerator) {
       a.kind = Arg::Kind::Tensor;
       a.value = rng_values[gen_i++];
     } else if (v.isNone()) {
@@ -335,7 +324,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
         arg_slot[i] = static_cast<int>(slot);
         a.value = slot_values[slot++];
       }
-    } else if (e.arg_class[i] == kScalarArg) {
+    } else if (e.role(i) == ArgRole::kScalar) {
       a.kind = Arg::Kind::Tensor;
       a.value = scalar_values[scalar_i++];
     } else if (v.isInt() || v.isSymInt()) {
@@ -365,7 +354,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
         if (item.isNone() || !item.toTensor().defined()) a.values.push_back({});
         else a.values.push_back(slot_values[slot++]);
       }
-    } else if (e.arg_class[i] == kScalarListArg) {
+    } else if (e.role(i) == ArgRole::kScalarList) {
       a.kind = Arg::Kind::TensorList;
       for (size_t j = 0; j < v.toListRef().size(); ++j) a.values.push_back(scalar_values[scalar_i++]);
     }
@@ -378,7 +367,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
   }
 
   ctx.can_write_args = true;
-  std::vector<shlo::Value> results = e.fn(ctx, lowering::Args(args));
+  std::vector<shlo::Value> results = e.fn(ctx, lowering::Args(args, &e.lowering_names));
   // A generator state the lowering never read (attention without dropout, dropout in eval)
   // leaves the generator where it was, as on CPU and CUDA.
   for (ParamSource& src : program->params)

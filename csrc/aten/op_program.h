@@ -10,15 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "arguments.h"
 #include "operands.h"
 
 namespace tpu::aten {
 
 enum class Variant { Functional, Inplace, Out };
 
-// How each schema argument enters a program.
-enum ArgClass { kPlainArg = 0, kScalarArg, kScalarListArg, kGeneratorArg };
-ArgClass ClassOf(const c10::Argument& a);
 
 // One registered overload and what its schema says about execution.
 struct OpEntry {
@@ -29,10 +27,12 @@ struct OpEntry {
   std::optional<c10::OperatorHandle> functional;  // Meta of this op gives the result types
   size_t num_args = 0;
   size_t num_outs = 0;  // trailing out= arguments
-  std::vector<int> arg_class;  // ArgClass of each schema argument
+  OpArguments args;  // the classification of this overload's schema arguments
   // A seeded op without a Generator argument (native_dropout): the default generator's state
-  // is passed to its lowering as one extra trailing argument.
+  // is passed to its lowering as one extra trailing argument (as the functional op has it).
   bool implicit_rng = false;
+  std::vector<std::string> lowering_names;  // names of the arguments the lowering receives
+  ArgRole role(size_t i) const { return args.roles[i]; }
   // What the last signature miss looked like, argument by argument: a new miss of the same
   // op is a recompilation, reported with the argument that changed.
   struct MissLog {

@@ -1,11 +1,10 @@
 // Mixed-precision training (torch.amp.GradScaler): unscaling gradients while flagging
 // non-finite values, and growing or backing off the loss scale. Both write into arguments
 // besides their results (found_inf, growth_tracker) through Ctx::WriteArg.
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 // _amp_foreach_non_finite_check_and_unscale_(grads[]!, found_inf!, inv_scale):
 // grads *= inv_scale; found_inf = 1 if any gradient holds an inf or NaN.
@@ -34,10 +33,10 @@ std::vector<Value> LowerAmpUpdateScale(Ctx& ctx, const Args& a) {
   Value scale = a.tensor(0), tracker = a.tensor(1);
   Value found = ctx.b.Compare(Cmp::NE, ctx.b.Reshape(a.tensor(2), {}), ctx.b.Constant(0, {a.tensor(2).type.elem, {}}));
   Value s = ctx.b.Reshape(scale, {}), t = ctx.b.Reshape(tracker, {});
-  Value backed_off = Bin(ctx, "multiply", s, Scalar(ctx, a.double_(4), s));
+  Value backed_off = Bin(ctx, "multiply", s, Const(ctx, a.double_(4), s));
   Value successful = Bin(ctx, "add", t, ctx.b.ConstantInt(1, t.type));
   Value due = ctx.b.Compare(Cmp::EQ, successful, ctx.b.ConstantInt(a.int_(5), t.type));
-  Value grown = Bin(ctx, "multiply", s, Scalar(ctx, a.double_(3), s));
+  Value grown = Bin(ctx, "multiply", s, Const(ctx, a.double_(3), s));
   Value grown_ok = ctx.b.Op1("stablehlo.is_finite", {grown}, {ElemType::Pred, {}});
   Value new_scale = ctx.b.Select(found, backed_off, ctx.b.Select(ctx.b.Binary("and", due, grown_ok), grown, s));
   Value zero = ctx.b.ConstantInt(0, t.type);

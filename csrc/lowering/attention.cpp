@@ -8,11 +8,10 @@
 // backward redraws the same mask.
 #include <cmath>
 
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 struct Attention {
   Value q, k, v;              // f32, k and v expanded to the query heads
@@ -43,7 +42,7 @@ Value SumHeads(Ctx& ctx, Value g, int64_t groups) {
   return SumOver(ctx, ctx.b.Reshape(g, split), {r - 2});
 }
 
-Attention Prepare(Ctx& ctx, Value q, Value k, Value v, const Args& a, size_t scale_arg) {
+Attention Prepare(Ctx& ctx, Value q, Value k, Value v, const Args& a) {
   Attention at;
   at.r = q.type.rank();
   if (at.r < 3 || k.type.rank() != at.r || v.type.rank() != at.r) throw Unsupported("attention of unbatched inputs");
@@ -55,7 +54,7 @@ Attention Prepare(Ctx& ctx, Value q, Value k, Value v, const Args& a, size_t sca
   at.k = ExpandHeads(ctx, ConvertTo(ctx, k, acc), at.groups);
   at.v = ExpandHeads(ctx, ConvertTo(ctx, v, acc), at.groups);
   for (int64_t i = 0; i < at.r - 2; ++i) at.batch.push_back(i);
-  at.scale = a.is_none(scale_arg) ? 1.0 / std::sqrt(static_cast<double>(q.type.dims.back())) : a.double_(scale_arg);
+  at.scale = a.is_none("scale") ? 1.0 / std::sqrt(static_cast<double>(q.type.dims.back())) : a.double_("scale");
   return at;
 }
 
@@ -63,8 +62,8 @@ Attention Prepare(Ctx& ctx, Value q, Value k, Value v, const Args& a, size_t sca
 Value Scores(Ctx& ctx, const Attention& at, Value bias, bool causal) {
   int64_t r = at.r;
   Value s = ctx.b.DotGeneral(at.q, at.k, at.batch, at.batch, {r - 1}, {r - 1}, at.q.type.elem);
-  s = Bin(ctx, "multiply", s, Scalar(ctx, at.scale, s));
-  Value ninf = Scalar(ctx, -INFINITY, s);
+  s = Bin(ctx, "multiply", s, Const(ctx, at.scale, s));
+  Value ninf = Const(ctx, -INFINITY, s);
   if (bias.valid()) {
     if (bias.type.elem == ElemType::Pred) s = ctx.b.Select(BroadcastTo(ctx, bias, s.type.dims), s, ninf);
     else s = Bin(ctx, "add", s, CastTo(ctx, bias, s.type));
@@ -111,11 +110,11 @@ Value StateOf(Ctx& ctx, Value seed, Value offset) {
 std::pair<Value, Value> SafeSoftmax(Ctx& ctx, Value s) {
   int64_t r = s.type.rank();
   Value m = ctx.b.Reduce(s, ctx.b.Extreme(false, {s.type.elem, {}}), {r - 1}, "maximum");
-  Value masked = ctx.b.Compare(Cmp::EQ, m, Scalar(ctx, -INFINITY, m));
-  m = ctx.b.Select(masked, Scalar(ctx, 0, m), m);
+  Value masked = ctx.b.Compare(Cmp::EQ, m, Const(ctx, -INFINITY, m));
+  m = ctx.b.Select(masked, Const(ctx, 0, m), m);
   Value e = ctx.b.Unary("exponential", Bin(ctx, "subtract", s, Unreduce(ctx, m, s.type.dims, {r - 1})));
   Value l = SumOver(ctx, e, {r - 1});
-  Value l_safe = ctx.b.Select(masked, Scalar(ctx, 1, l), l);
+  Value l_safe = ctx.b.Select(masked, Const(ctx, 1, l), l);
   Value p = Bin(ctx, "divide", e, Unreduce(ctx, l_safe, s.type.dims, {r - 1}));
   return {p, Bin(ctx, "add", m, ctx.b.Unary("log", l))};
 }
@@ -123,15 +122,15 @@ std::pair<Value, Value> SafeSoftmax(Ctx& ctx, Value s) {
 // torch_tpu::_sdpa_forward(q, k, v, attn_bias?, dropout_p, is_causal, return_debug_mask, *,
 // scale?, generator?) -> (output, logsumexp, philox_seed, philox_offset)
 std::vector<Value> LowerSdpaForward(Ctx& ctx, const Args& a) {
-  Attention at = Prepare(ctx, a.tensor(0), a.tensor(1), a.tensor(2), a, 7);
-  double p = a.double_(4);
-  Value s = Scores(ctx, at, a.optional_tensor(3), a.bool_(5));
+  Attention at = Prepare(ctx, a.tensor("query"), a.tensor("key"), a.tensor("value"), a);
+  double p = a.double_("dropout_p");
+  Value s = Scores(ctx, at, a.optional_tensor("attn_bias"), a.bool_("is_causal"));
   auto [probs, lse] = SafeSoftmax(ctx, s);
   Value seed = ctx.b.ConstantInt(0, ctx.out(2)), offset = ctx.b.ConstantInt(0, ctx.out(3));
   if (p > 0) {
-    if (a.is_none(8)) throw Unsupported("attention dropout without a generator state");
-    probs = Bin(ctx, "multiply", probs, DropoutFactor(ctx, a.tensor(8), probs.type, p));
-    std::tie(seed, offset) = StateWords(ctx, a.tensor(8));
+    if (a.is_none("generator")) throw Unsupported("attention dropout without a generator state");
+    probs = Bin(ctx, "multiply", probs, DropoutFactor(ctx, a.tensor("generator"), probs.type, p));
+    std::tie(seed, offset) = StateWords(ctx, a.tensor("generator"));
   }
   int64_t r = at.r;
   Value out = ctx.b.DotGeneral(probs, at.v, at.batch, at.batch, {r - 1}, {r - 2}, probs.type.elem);
@@ -145,24 +144,24 @@ std::vector<Value> LowerSdpaForward(Ctx& ctx, const Args& a) {
 // P = softmax(S), dV = P'^T dO, dP = dO V^T (times the dropout factor), dS = P (dP - rowsum(P dP)),
 // dQ = scale dS K, dK = scale dS^T Q, d(bias) = dS.
 std::vector<Value> LowerSdpaBackward(Ctx& ctx, const Args& a) {
-  Attention at = Prepare(ctx, a.tensor(1), a.tensor(2), a.tensor(3), a, 16);
+  Attention at = Prepare(ctx, a.tensor("query"), a.tensor("key"), a.tensor("value"), a);
   int64_t r = at.r;
-  Value bias = a.optional_tensor(4);
+  Value bias = a.optional_tensor("attn_bias");
   // The probabilities are recomputed with the row maximum rather than from logsumexp: with
   // large scores, exp(s - lse) loses the bits of lse's rounding (CPU's math path does the same).
-  Value s = Scores(ctx, at, bias, a.bool_(13));
+  Value s = Scores(ctx, at, bias, a.bool_("is_causal"));
   Value probs = SafeSoftmax(ctx, s).first;
-  Value g = ConvertTo(ctx, a.tensor(0), s.type.elem);
-  double p = a.double_(12);
+  Value g = ConvertTo(ctx, a.tensor("grad_out"), s.type.elem);
+  double p = a.double_("dropout_p");
   Value factor;
-  if (p > 0) factor = DropoutFactor(ctx, StateOf(ctx, a.tensor(14), a.tensor(15)), probs.type, p);
+  if (p > 0) factor = DropoutFactor(ctx, StateOf(ctx, a.tensor("philox_seed"), a.tensor("philox_offset")), probs.type, p);
   Value dropped = factor.valid() ? Bin(ctx, "multiply", probs, factor) : probs;
   Value dv = ctx.b.DotGeneral(dropped, g, at.batch, at.batch, {r - 2}, {r - 2}, s.type.elem);
   Value dp = ctx.b.DotGeneral(g, at.v, at.batch, at.batch, {r - 1}, {r - 1}, s.type.elem);
   if (factor.valid()) dp = Bin(ctx, "multiply", dp, factor);
   Value rowdot = Unreduce(ctx, SumOver(ctx, Bin(ctx, "multiply", probs, dp), {r - 1}), s.type.dims, {r - 1});
   Value ds = Bin(ctx, "multiply", probs, Bin(ctx, "subtract", dp, rowdot));
-  Value dsc = Bin(ctx, "multiply", ds, Scalar(ctx, at.scale, ds));
+  Value dsc = Bin(ctx, "multiply", ds, Const(ctx, at.scale, ds));
   Value dq = ctx.b.DotGeneral(dsc, at.k, at.batch, at.batch, {r - 1}, {r - 2}, s.type.elem);
   Value dk = ctx.b.DotGeneral(dsc, at.q, at.batch, at.batch, {r - 2}, {r - 2}, s.type.elem);
   std::vector<Value> out = {ConvertTo(ctx, dq, ctx.out(0).elem), ConvertTo(ctx, SumHeads(ctx, dk, at.groups), ctx.out(1).elem),
@@ -174,8 +173,33 @@ std::vector<Value> LowerSdpaBackward(Ctx& ctx, const Args& a) {
   return out;
 }
 
+// _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
+// return_debug_mask, *, scale?) -> (out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+// philox_seed, philox_offset, debug_attn_mask): eager's kernel (csrc/aten/nn_ops.cpp) calls
+// torch_tpu::_sdpa_forward; a graph calls its lowering. The slots eager leaves empty (and the
+// two sizes) are not values of the program.
+std::vector<Value> LowerSdpaOverrideable(Ctx& ctx, const Args& a) {
+  static const std::vector<std::string> names = {"query",   "key",       "value",
+                                                 "attn_bias", "dropout_p", "is_causal",
+                                                 "return_debug_mask", "scale", "generator"};
+  std::vector<Arg> args;
+  for (size_t i = 0; i + 1 < names.size(); ++i) args.push_back(a.raw(a.index(names[i])));
+  args.push_back(Arg{});  // generator: none (dropout then runs eagerly)
+  Ctx sub{ctx.b, {ctx.out(0), ctx.out(1), ctx.out(6), ctx.out(7)}, ctx.common};
+  std::vector<Value> r = LowerSdpaForward(sub, Args(args, &names));
+  for (auto& c : sub.checks) ctx.checks.push_back(c);
+  std::vector<Value> out;
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    if (i == 0 || i == 1) out.push_back(r[i]);
+    else if (i == 6 || i == 7) out.push_back(r[i - 4]);
+    else out.push_back(ctx.b.Constant(0, ctx.out(i)));
+  }
+  return out;
+}
+
 }  // namespace
 
+TPU_GRAPH_LOWERING("aten::_scaled_dot_product_fused_attention_overrideable", LowerSdpaOverrideable);
 TPU_LOWERING("aten::_scaled_dot_product_fused_attention_overrideable_backward", LowerSdpaBackward);
 TPU_LOWERING("torch_tpu::_sdpa_forward", LowerSdpaForward);
 

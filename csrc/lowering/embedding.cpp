@@ -9,7 +9,6 @@
 #include <tuple>
 
 #include "helpers.h"
-#include "nn_util.h"
 
 namespace tpu::lowering {
 namespace {
@@ -26,7 +25,7 @@ Value BagOf(Ctx& ctx, Value offsets, int64_t n) {
   starts = ctx.b.Select(Less(ctx, starts, ConstI(ctx, 0, starts)), ConstI(ctx, n, starts), starts);
   starts = ctx.b.Select(Less(ctx, starts, ConstI(ctx, n, starts)), starts, ConstI(ctx, n, starts));
   Value ones = ctx.b.ConstantInt(1, starts.type);
-  Value marks = nn::ScatterAddFlat(ctx, ones, starts, n + 1);
+  Value marks = ScatterAddFlat(ctx, ones, starts, n + 1);
   Value zero = ctx.b.ConstantInt(0, {ElemType::S64, {}});
   Value running = Scan(ctx, {marks}, 0, {zero}, [&](const std::vector<Value>& e, const std::vector<Value>& l) {
     return std::vector<Value>{Add(ctx, e[0], l[0])};
@@ -44,7 +43,7 @@ Value Member(Ctx& ctx, Value idx, Value bag, int64_t bags, int64_t padding_idx) 
 
 // Rows of x [m, D] summed into `rows` + 1 rows at `at` [m] (the spare last row is dropped).
 Value SumRows(Ctx& ctx, Value x, Value at, int64_t rows) {
-  Value s = nn::ScatterAddAlong(ctx, x, 0, at, rows + 1);
+  Value s = ScatterAddAlong(ctx, x, 0, at, rows + 1);
   return ctx.b.Slice(s, {0, 0}, {rows, x.type.dims[1]}, {1, 1});
 }
 
@@ -56,7 +55,7 @@ std::pair<Value, Value> BagMax(Ctx& ctx, Value rows, Value idx, Value member, in
   int64_t n = rows.type.dims[0], d = rows.type.dims[1];
   Value coords = CoordsAlongDim(ctx, PerRow(ctx, member, rows), 0, 2);  // [n, D, 2]: (bag, feature)
   Value best = ScatterPoints(ctx, ctx.b.Extreme(false, {rows.type.elem, {bags + 1, d}}), coords, rows, "maximum");
-  Value hit = ctx.b.Compare(Cmp::EQ, rows, nn::Take(ctx, best, 0, member));
+  Value hit = ctx.b.Compare(Cmp::EQ, rows, Take(ctx, best, 0, member));
   Value pos = ctx.b.Iota({ElemType::S64, {n, d}}, 0);
   pos = ctx.b.Select(hit, pos, ConstI(ctx, n, pos));
   Value first = ScatterPoints(ctx, ctx.b.ConstantInt(n, {ElemType::S64, {bags + 1, d}}), coords, pos, "minimum");
@@ -107,11 +106,11 @@ std::vector<Value> LowerEmbeddingBag(Ctx& ctx, const Args& a) {
   }
   Value idx = S64(ctx, indices), bag = BagOf(ctx, a.tensor(2), n);
   Value member = Member(ctx, idx, bag, bags, padding_idx);
-  Value count = nn::ScatterAddFlat(ctx, ctx.b.ConstantInt(1, idx.type), member, bags + 1);
+  Value count = ScatterAddFlat(ctx, ctx.b.ConstantInt(1, idx.type), member, bags + 1);
   count = ctx.b.Slice(count, {0}, {bags}, {1});
   Value out = Splat(ctx, 0, ctx.out(0)), max_indices = Splat(ctx, 0, ctx.out(3));
   if (ctx.out(0).numel() > 0) {  // else no bags or no features: only offset2bag and bag_size
-    Value rows = ConvertTo(ctx, nn::Take(ctx, weight, 0, idx), AccumulatorType(ctx.out(0).elem));
+    Value rows = ConvertTo(ctx, Take(ctx, weight, 0, idx), AccumulatorType(ctx.out(0).elem));
     if (mode == kMax) std::tie(out, max_indices) = BagMax(ctx, rows, idx, member, bags);
     else out = BagSums(ctx, rows, member, count, a.optional_tensor(6), mode == kMean, ctx.out(0).elem);
   }
@@ -147,14 +146,14 @@ Value DenseBackward(Ctx& ctx, const BagGrad& g) {
   Value scale = ctx.b.Constant(1, {e, g.idx.type.dims});
   if (g.per_sample_weights.valid()) scale = ConvertTo(ctx, g.per_sample_weights, e);
   if (g.by_freq) {
-    Value freq = nn::ScatterAddFlat(ctx, ctx.b.ConstantInt(1, g.idx.type), g.idx, v + 1);
+    Value freq = ScatterAddFlat(ctx, ctx.b.ConstantInt(1, g.idx.type), g.idx, v + 1);
     scale = Div(ctx, scale, ConvertTo(ctx, ctx.b.Gather1D(freq, g.idx), e));
   }
   if (g.mode == kMean) {
     Value size = ConvertTo(ctx, ctx.b.Gather1D(bag_size, at_bag), e);
     scale = ctx.b.Select(ctx.b.Compare(Cmp::EQ, size, Const(ctx, 0, size)), scale, Div(ctx, scale, size));
   }
-  Value rows = nn::Take(ctx, g.grad, 0, at_bag);
+  Value rows = Take(ctx, g.grad, 0, at_bag);
   rows = Mul(ctx, rows, PerRow(ctx, scale, rows));
   return SumRows(ctx, rows, ctx.b.Select(in, g.idx, ConstI(ctx, v, g.idx)), v);
 }
@@ -195,9 +194,9 @@ std::vector<Value> LowerEmbeddingBagPerSampleWeightsBackward(Ctx& ctx, const Arg
   Value bag = a.tensor(4).type.numel() == n ? S64(ctx, a.tensor(4)) : BagOf(ctx, a.tensor(3), n);
   Value member = Member(ctx, idx, bag, bags, a.int_or(6, -1));
   Value in = Less(ctx, member, ConstI(ctx, bags, member));
-  Value rows = ConvertTo(ctx, nn::Take(ctx, weight, 0, idx), acc);
-  Value g = nn::Take(ctx, grad, 0, ctx.b.Select(in, member, ConstI(ctx, 0, member)));
-  Value dot = nn::SumOver(ctx, Mul(ctx, g, rows), {1});
+  Value rows = ConvertTo(ctx, Take(ctx, weight, 0, idx), acc);
+  Value g = Take(ctx, grad, 0, ctx.b.Select(in, member, ConstI(ctx, 0, member)));
+  Value dot = SumOver(ctx, Mul(ctx, g, rows), {1});
   return {ConvertTo(ctx, ctx.b.Select(in, dot, Const(ctx, 0, dot)), t.elem)};
 }
 
@@ -206,9 +205,9 @@ Value RowNorms(Ctx& ctx, Value x, double p) {
   Value a = ctx.b.Unary("abs", x);
   Value zero = ctx.b.Constant(0, {x.type.elem, {}});
   if (std::isinf(p)) return ctx.b.Reduce(a, ctx.b.Extreme(p < 0, {x.type.elem, {}}), {1}, p > 0 ? "maximum" : "minimum");
-  if (p == 0) return nn::SumOver(ctx, ConvertTo(ctx, ctx.b.Compare(Cmp::NE, a, Const(ctx, 0, a)), x.type.elem), {1});
-  if (p == 1) return nn::SumOver(ctx, a, {1});
-  if (p == 2) return ctx.b.Unary("sqrt", nn::SumOver(ctx, Mul(ctx, a, a), {1}));
+  if (p == 0) return SumOver(ctx, ConvertTo(ctx, ctx.b.Compare(Cmp::NE, a, Const(ctx, 0, a)), x.type.elem), {1});
+  if (p == 1) return SumOver(ctx, a, {1});
+  if (p == 2) return ctx.b.Unary("sqrt", SumOver(ctx, Mul(ctx, a, a), {1}));
   Value s = ctx.b.Reduce(ctx.b.Binary("power", a, Const(ctx, p, a)), zero, {1}, "add");
   return ctx.b.Binary("power", s, Const(ctx, 1 / p, s));
 }
@@ -228,13 +227,32 @@ std::vector<Value> LowerEmbeddingRenorm(Ctx& ctx, const Args& a) {
   if (t.numel() == 0 || n == 0) return {w};
   ElemType acc = AccumulatorType(t.elem);
   Value x = ConvertTo(ctx, w, acc);
-  Value named = ctx.b.Slice(nn::ScatterAddFlat(ctx, ctx.b.ConstantInt(1, idx.type), idx, v + 1), {0}, {v}, {1});
+  Value named = ctx.b.Slice(ScatterAddFlat(ctx, ctx.b.ConstantInt(1, idx.type), idx, v + 1), {0}, {v}, {1});
   Value norm = ConvertTo(ctx, ConvertTo(ctx, RowNorms(ctx, x, a.double_(3)), t.elem), acc);
   Value max_norm = Const(ctx, a.double_(2), norm);
   Value scale = Div(ctx, max_norm, Add(ctx, norm, Const(ctx, 1e-7, norm)));
   Value apply = And(ctx, ctx.b.Compare(Cmp::GT, named, ConstI(ctx, 0, named)), ctx.b.Compare(Cmp::GT, norm, max_norm));
   Value scaled = ConvertTo(ctx, Mul(ctx, x, PerRow(ctx, scale, x)), t.elem);
   return {ctx.b.Select(PerRow(ctx, apply, w), scaled, w)};
+}
+
+// embedding(weight, indices) = weight[indices]: index_select of the flattened indices.
+std::vector<Value> LowerEmbedding(Ctx& ctx, const Args& a) {
+  static const LowerFn index_select = Find("aten::index_select");
+  Value weight = a.tensor(0), indices = a.tensor(1);
+  int64_t n = indices.type.numel();
+  std::vector<int64_t> rows = weight.type.dims;
+  rows[0] = n;
+  std::vector<Arg> args(3);
+  args[0].kind = Arg::Kind::Tensor;
+  args[0].value = weight;
+  args[1].kind = Arg::Kind::Int;
+  args[2].kind = Arg::Kind::Tensor;
+  args[2].value = ctx.b.Reshape(indices, {n});
+  Ctx sub{ctx.b, {{ctx.out().elem, rows}}, ctx.common};
+  Value rows_of = index_select(sub, Args(args)).at(0);
+  for (auto& c : sub.checks) ctx.checks.push_back(c);  // index_select's range check guards the result
+  return {ctx.b.Reshape(rows_of, ctx.out().dims)};
 }
 
 }  // namespace
@@ -244,6 +262,7 @@ TPU_LOWERING("aten::_embedding_bag_backward", LowerEmbeddingBagBackward);
 TPU_LOWERING("aten::_embedding_bag_dense_backward", LowerEmbeddingBagDenseBackward);
 TPU_LOWERING("aten::_embedding_bag_forward_only", LowerEmbeddingBag);
 TPU_LOWERING("aten::_embedding_bag_per_sample_weights_backward", LowerEmbeddingBagPerSampleWeightsBackward);
+TPU_GRAPH_LOWERING("aten::embedding", LowerEmbedding);
 TPU_LOWERING("aten::embedding_renorm", LowerEmbeddingRenorm);
 
 }  // namespace tpu::lowering

@@ -1,11 +1,10 @@
 // im2col (nn.Unfold) and col2im (nn.Fold) over [N?, C, H, W] images, one strided slice or
 // one interior-padded copy per kernel offset (kh * kw of them: kernels are small). Fold sums
 // overlapping patches; f16/bf16 accumulate in f32.
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 struct Window {
   int64_t k[2], dilation[2], padding[2], stride[2];
@@ -86,7 +85,7 @@ std::vector<Value> LowerCol2Im(Ctx& ctx, const Args& a) {
 
 }  // namespace
 
-TPU_LOWERING("aten::im2col", LowerIm2Col);
 TPU_LOWERING("aten::col2im", LowerCol2Im);
+TPU_LOWERING("aten::im2col", LowerIm2Col);
 
 }  // namespace tpu::lowering

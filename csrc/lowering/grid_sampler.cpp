@@ -10,7 +10,6 @@
 // their unnormalize, reflection and weight formulas differ in rounding, so both are followed.
 // The backward accumulates in f32 for f16/bf16.
 #include "helpers.h"
-#include "nn_util.h"
 
 namespace tpu::lowering {
 namespace {
@@ -233,7 +232,7 @@ Value Unrows(Ctx& ctx, Value rows, int64_t n, const std::vector<int64_t>& rest) 
 
 // The tap's input values [P, C], zero outside.
 Value Read(Ctx& ctx, Value rows, const Tap& t) {
-  Value v = nn::Take(ctx, rows, 0, t.row);
+  Value v = Take(ctx, rows, 0, t.row);
   return ctx.b.Select(ctx.b.BroadcastInDim(t.valid, v.type.dims, {0}), v, K(ctx, 0, v));
 }
 
@@ -296,7 +295,7 @@ std::vector<Value> LowerGridSamplerBackward(Ctx& ctx, const Args& a) {
     updates.push_back(Mul(ctx, gout, PerPoint(ctx, w, gout)));
     where.push_back(t.row);
     if (s.interp == kNearest) continue;
-    Value vg = nn::SumOver(ctx, Mul(ctx, Read(ctx, rows, t), gout), {1});  // [P]
+    Value vg = SumOver(ctx, Mul(ctx, Read(ctx, rows, t), gout), {1});  // [P]
     for (size_t d = 0; d < p.axes.size(); ++d) {
       Value dw = f(p.axes[d].dweight[t.k[d]]);
       for (size_t e = 0; e < p.axes.size(); ++e)
@@ -308,7 +307,7 @@ std::vector<Value> LowerGridSamplerBackward(Ctx& ctx, const Args& a) {
   Value grad_input = Splat(ctx, 0, gi_t);
   if (mask.empty() || mask[0]) {
     Value upd = ctx.b.Concatenate(updates, 0), idx = ctx.b.Concatenate(where, 0);
-    Value sums = nn::ScatterAddAlong(ctx, upd, 0, idx, p.total + 1);  // the extra row takes the outside taps
+    Value sums = ScatterAddAlong(ctx, upd, 0, idx, p.total + 1);  // the extra row takes the outside taps
     sums = ctx.b.Slice(sums, {0, 0}, {p.total, p.c}, {1, 1});
     grad_input = ConvertTo(ctx, Unrows(ctx, sums, p.n, p.spatial), gi_t.elem);
   }

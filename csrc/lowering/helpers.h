@@ -1,5 +1,6 @@
-// Helpers shared by the sort, cumulative, indexing and reduction rules (lowering.h holds the
-// ones every rule uses).
+// The helper vocabulary of the lowering families (lowering.h holds the ones every rule uses):
+// elementwise shorthands, constants of host-computed tables, reductions that broadcast back,
+// gathers, scatters, scans and loops.
 #pragma once
 
 #include <functional>
@@ -16,9 +17,20 @@ Value Div(Ctx& ctx, Value x, Value y);
 Value And(Ctx& ctx, Value x, Value y);
 Value Or(Ctx& ctx, Value x, Value y);
 Value Not(Ctx& ctx, Value x);
+Value Bin(Ctx& ctx, const char* op, Value x, Value y);
 Value IsNan(Ctx& ctx, Value x);          // false for non-float types
-Value Const(Ctx& ctx, double v, const Value& like);
+Value Const(Ctx& ctx, double v, const Value& like);  // a splat of v shaped like `like`
 Value ConstI(Ctx& ctx, int64_t v, const Value& like);
+
+// StableHLO/CHLO op `op` over operands of one type, in that type.
+Value Apply(Ctx& ctx, const char* op, Value x);
+Value Apply(Ctx& ctx, const char* op, Value x, Value y);
+// Opmath: half types compute in f32, as PyTorch's CPU kernels do, then round once.
+TensorType OpmathType(const TensorType& out);
+// Argument `arg` converted and broadcast to the computation type of output `out`.
+Value OpmathOperand(Ctx& ctx, const Args& a, size_t arg, size_t out = 0);
+// `v` rounded to output `out`'s element type.
+std::vector<Value> OpmathResult(Ctx& ctx, Value v, size_t out = 0);
 
 // log(exp(a) + exp(b)) without overflow; NaN propagates, -inf is neutral.
 Value LogAddExp(Ctx& ctx, Value a, Value b);
@@ -64,8 +76,90 @@ Value GatherPoints(Ctx& ctx, Value x, Value coords);
 // (overwrite) or a StableHLO binary op name ("add", "multiply", "maximum", ...). Updates at
 // out-of-range coordinates are dropped.
 Value ScatterPoints(Ctx& ctx, Value x, Value coords, Value updates, const std::string& combine);
+// The same scatter with the combiner region `combine(old, update)` given as a builder function.
+using Combiner = std::function<Value(Value old, Value update)>;
+Value ScatterPointsWith(Ctx& ctx, Value x, Value coords, Value updates, const Combiner& combine);
 // Coordinates for points of `shape` where coordinate `dim` is `index` and the others are the
 // point's own: shape + [rank].
 Value CoordsAlongDim(Ctx& ctx, Value index, int64_t dim, int64_t rank);
+
+// ---- nn families (pool, norm, upsample, attention, nn, embedding, grid_sampler, fold, amp)
+
+// Dense 1-D constants of host-computed tables (indices, weights).
+Value ConstI64(Ctx& ctx, const std::vector<int64_t>& v);
+Value ConstF32(Ctx& ctx, const std::vector<float>& v);
+Value ConstFloats(Ctx& ctx, const std::vector<double>& v, ElemType elem);  // f16/bf16/f32/f64
+Value ConstPred(Ctx& ctx, const std::vector<bool>& v);
+// A 1-D table `v` broadcast along dim `dim` of `dims`.
+Value Along(Ctx& ctx, Value v, const std::vector<int64_t>& dims, int64_t dim);
+
+std::vector<int64_t> Iota(int64_t n, int64_t from = 0);
+Value SumOver(Ctx& ctx, Value x, const std::vector<int64_t>& dims);
+
+// Sums `v` down to the shape `to` it was broadcast from (NumPy rules, trailing dims aligned).
+Value SumToShape(Ctx& ctx, Value v, const std::vector<int64_t>& to);
+
+// x gathered along `dim` at the 1-D s64 indices `idx` (which must be in range).
+Value Take(Ctx& ctx, Value x, int64_t dim, Value idx);
+// x at the static positions `pos` along `dim`: a strided slice when they step evenly, else a gather.
+Value Pick(Ctx& ctx, Value x, int64_t dim, const std::vector<int64_t>& pos);
+// The transpose of Pick: g added into zeros of length `size` along `dim` at `pos`.
+Value PickTranspose(Ctx& ctx, Value g, int64_t dim, const std::vector<int64_t>& pos, int64_t size);
+// The transpose of Take: g (x-shaped except `size` -> idx's length at `dim`) added into zeros
+// of length `size` along `dim` at `idx`.
+Value ScatterAddAlong(Ctx& ctx, Value g, int64_t dim, Value idx, int64_t size);
+// Flat scatter-add: zeros[n] with updates[i] added at idx[i] (both 1-D).
+Value ScatterAddFlat(Ctx& ctx, Value updates, Value idx, int64_t n);
+
+// Uniform f32 draws in [0, 1) of `dims` from a Philox state (tensor<2xui64>), as random.cpp draws.
+Value Uniform01(Ctx& ctx, Value state, const std::vector<int64_t>& dims);
+
+// Reduction modes of the loss functions (at::Reduction).
+enum Reduction { kNone = 0, kMean = 1, kSum = 2 };
+Value Reduce(Ctx& ctx, Value loss, int64_t reduction);
+
+// ---- matrices: the last two dims of an array (linalg_factor.cpp, linalg_spectral.cpp)
+namespace matrix {
+
+int64_t R(const Value& v);
+std::vector<int64_t> Batch(const Value& v);
+std::vector<int64_t> WithBatch(const std::vector<int64_t>& batch, std::initializer_list<int64_t> tail);
+TensorType S64(const std::vector<int64_t>& dims);
+Value Scalar64(Ctx& ctx, int64_t v);
+Value Zeros(Ctx& ctx, const Value& like);
+// The compute type of a linalg result: f32 for half types.
+ElemType Compute(ElemType e);
+Value RowIota(Ctx& ctx, const Value& a);
+Value ColIota(Ctx& ctx, const Value& a);
+// A scalar or per-batch s64 index broadcast to `dims` (batch dims leading).
+Value Bcast(Ctx& ctx, Value idx, const std::vector<int64_t>& dims);
+// Column j of a [.., m, n] (j a scalar or per-batch index): [.., m].
+Value Column(Ctx& ctx, Value a, Value j);
+// Row i of a: [.., n].
+Value Row(Ctx& ctx, Value a, Value i);
+// [.., m] as every column / [.., n] as every row of a [.., m, n] array.
+Value AsColumns(Ctx& ctx, Value v, const std::vector<int64_t>& dims);
+Value AsRows(Ctx& ctx, Value v, const std::vector<int64_t>& dims);
+Value Outer(Ctx& ctx, Value u, Value v);
+Value SumLast(Ctx& ctx, Value v);
+Value Swap(Ctx& ctx, Value a);
+Value MatMul(Ctx& ctx, Value a, Value b);
+Value Identity(Ctx& ctx, const TensorType& t);
+Value Diagonal(Ctx& ctx, Value a);
+// Keeps the part of a with col - row >= k (upper) or <= k (lower).
+Value Triangle(Ctx& ctx, Value a, bool upper, int64_t k);
+Value SliceMat(Ctx& ctx, Value a, int64_t rows, int64_t cols);
+// Broadcasts the batch dims of a and b to each other's (matrix dims kept).
+void BroadcastBatch(Ctx& ctx, Value& a, Value& b);
+// op(a) x = b (left) or x op(a) = b, a triangular.
+Value TriSolve(Ctx& ctx, Value a, Value b, bool left, bool lower, bool unit, bool transpose);
+
+// Sets entry j of a [.., k] vector to `value` [..].
+Value SetAt(Ctx& ctx, Value vec, Value j, Value value);
+Value GetAt(Ctx& ctx, Value vec, Value j);
+// Rows of b [.., n, c] picked by perm [.., n]: result[j] = b[perm[j]].
+Value PermuteRows(Ctx& ctx, Value b, Value perm);
+
+}  // namespace matrix
 
 }  // namespace tpu::lowering

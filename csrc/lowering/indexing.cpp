@@ -97,20 +97,11 @@ std::string Combiner(const std::string& reduce, ElemType elem) {
 Value ScatterCombine(Ctx& ctx, Value x, Value coords, Value updates, const std::string& combine) {
   if (!IsFloat(x.type.elem) || (combine != "maximum" && combine != "minimum"))
     return ScatterPoints(ctx, x, coords, updates, combine);
-  int64_t r = x.type.rank();
-  TensorType scalar{x.type.elem, {}};
-  std::string region = ctx.b.Region({scalar, scalar}, [&](const std::vector<Value>& v) {
-    Value m = ctx.b.Binary(combine, v[0], v[1]);
-    m = ctx.b.Select(IsNan(ctx, v[1]), v[1], m);
-    return std::vector<Value>{ctx.b.Select(IsNan(ctx, v[0]), v[0], m)};
+  return ScatterPointsWith(ctx, x, coords, updates, [&](Value old, Value update) {
+    Value m = ctx.b.Binary(combine, old, update);
+    m = ctx.b.Select(IsNan(ctx, update), update, m);
+    return ctx.b.Select(IsNan(ctx, old), old, m);
   });
-  std::vector<int64_t> all(r);
-  for (int64_t d = 0; d < r; ++d) all[d] = d;
-  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [" + shlo::JoinInts(all) +
-                      "], scatter_dims_to_operand_dims = [" + shlo::JoinInts(all) +
-                      "], index_vector_dim = " + std::to_string(coords.type.rank() - 1) +
-                      ">, indices_are_sorted = false, unique_indices = false";
-  return ctx.b.Op1("stablehlo.scatter", {x, coords, updates}, x.type, attrs, region);
 }
 
 // The identity of a reduction (the value an untouched include_self=False slot starts from).
@@ -547,6 +538,50 @@ std::vector<Value> LowerNonzeroStatic(Ctx& ctx, const Args& a) {
   return {ctx.b.Op1("stablehlo.scatter", {out, ctx.b.Reshape(pos, {n, 1}), coords}, t, attrs, region)};
 }
 
+// slice_scatter(self, src, dim, start, end, step): self with self[start:end:step] = src.
+// The strided case pads src into place (interior padding = step - 1) and selects it.
+std::vector<Value> LowerSliceScatter(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value self = CastTo(ctx, a.tensor(0), t), src = ConvertTo(ctx, a.tensor(1), t.elem);
+  if (t.rank() == 0 || src.type.numel() == 0) return {self};
+  int64_t dim = WrapDim(a.int_or(2, 0), t.rank()), size = t.dims[dim];
+  int64_t start = a.is_none(3) ? 0 : a.int_(3);
+  if (start < 0) start += size;
+  start = std::min(std::max<int64_t>(start, 0), size);
+  int64_t step = a.int_or(5, 1), n = src.type.dims[dim];
+  if (step == 1) {
+    std::vector<int64_t> at(t.rank(), 0);
+    at[dim] = start;
+    return {ctx.b.DynamicUpdateSlice(self, src, at)};
+  }
+  int64_t last = start + (n - 1) * step;
+  std::vector<int64_t> lo(t.rank(), 0), hi(t.rank(), 0), interior(t.rank(), 0);
+  lo[dim] = start;
+  hi[dim] = size - last - 1;
+  interior[dim] = step - 1;
+  Value placed = ctx.b.Pad(src, ctx.b.Constant(0, {t.elem, {}}), lo, hi, interior);
+  TensorType it{ElemType::S64, t.dims};
+  Value i = ctx.b.Binary("subtract", ctx.b.Iota(it, dim), ctx.b.ConstantInt(start, it));
+  Value in_range = ctx.b.Binary("and", ctx.b.Compare(Cmp::GE, i, ctx.b.ConstantInt(0, it)),
+                                ctx.b.Compare(Cmp::LE, i, ctx.b.ConstantInt(last - start, it)));
+  Value on_step = ctx.b.Compare(Cmp::EQ, ctx.b.Binary("remainder", i, ctx.b.ConstantInt(step, it)),
+                                ctx.b.ConstantInt(0, it));
+  return {ctx.b.Select(ctx.b.Binary("and", in_range, on_step), placed, self)};
+}
+
+// select_scatter(self, src, dim, index): self with self.select(dim, index) = src.
+std::vector<Value> LowerSelectScatter(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value self = CastTo(ctx, a.tensor(0), t);
+  int64_t dim = WrapDim(a.int_(2), t.rank()), index = a.int_(3);
+  if (index < 0) index += t.dims[dim];
+  std::vector<int64_t> dims = t.dims, at(t.rank(), 0);
+  dims[dim] = 1;
+  at[dim] = index;
+  Value src = ctx.b.Reshape(ConvertTo(ctx, a.tensor(1), t.elem), dims);
+  return {ctx.b.DynamicUpdateSlice(self, src, at)};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::_index_put_impl_", LowerIndexPut);
@@ -554,6 +589,7 @@ TPU_LOWERING("aten::_unsafe_index.Tensor", LowerIndex);
 TPU_LOWERING("aten::_unsafe_masked_index", LowerUnsafeMaskedIndex);
 TPU_LOWERING("aten::_unsafe_masked_index_put_accumulate", LowerUnsafeMaskedIndexPutAccumulate);
 TPU_LOWERING("aten::gather", LowerGather);
+TPU_GRAPH_LOWERING("aten::index.Tensor", LowerIndex);
 TPU_LOWERING("aten::index_add", LowerIndexAdd);
 TPU_LOWERING("aten::index_copy", LowerIndexCopy);
 TPU_LOWERING("aten::index_fill.int_Scalar", LowerIndexFill);
@@ -570,6 +606,8 @@ TPU_LOWERING("aten::scatter.value", LowerScatter);
 TPU_LOWERING("aten::scatter.value_reduce", LowerScatterReduce);
 TPU_LOWERING("aten::scatter_add", LowerScatterAdd);
 TPU_LOWERING("aten::scatter_reduce.two", LowerScatterReduceTwo);
+TPU_LOWERING("aten::select_scatter", LowerSelectScatter);
+TPU_LOWERING("aten::slice_scatter", LowerSliceScatter);
 TPU_LOWERING("aten::take", LowerTake);
 
 }  // namespace tpu::lowering

@@ -7,13 +7,9 @@
 #include <limits>
 
 #include "helpers.h"
-#include "nn_util.h"
 
 namespace tpu::lowering {
 namespace {
-using nn::Bin;
-using nn::Scalar;
-using nn::SumOver;
 
 // Scores as (N, C) in the accumulator type: a 1-D input is one sample.
 Value Samples(Ctx& ctx, Value x, ElemType acc) {
@@ -24,14 +20,14 @@ Value Samples(Ctx& ctx, Value x, ElemType acc) {
 // The per-sample incoming gradient of a reduced loss: g broadcast to (n), divided by n for mean.
 Value PerSample(Ctx& ctx, Value g, int64_t reduction, int64_t n, ElemType acc) {
   g = ConvertTo(ctx, g, acc);
-  if (reduction == nn::kNone) return ctx.b.Reshape(g, {n});
+  if (reduction == kNone) return ctx.b.Reshape(g, {n});
   Value s = ctx.b.Reshape(g, {});
-  if (reduction == nn::kMean) s = Bin(ctx, "divide", s, ctx.b.Constant(static_cast<double>(n), s.type));
+  if (reduction == kMean) s = Bin(ctx, "divide", s, ctx.b.Constant(static_cast<double>(n), s.type));
   return BroadcastTo(ctx, s, {n});
 }
 
 Value ReduceLoss(Ctx& ctx, Value per_sample, int64_t reduction) {
-  Value r = nn::Reduce(ctx, per_sample, reduction);
+  Value r = Reduce(ctx, per_sample, reduction);
   return ctx.b.Reshape(ConvertTo(ctx, r, ctx.out(0).elem), ctx.out(0).dims);
 }
 
@@ -62,7 +58,7 @@ MultiMargin MultiMarginTerms(Ctx& ctx, Value x, const Args& a, size_t target, si
   Value scale = ctx.b.Constant(1.0 / static_cast<double>(c), {x.type.elem, {n}});
   Value w = a.optional_tensor(weight);
   if (w.valid()) {
-    Value wy = nn::Take(ctx, ConvertTo(ctx, w, x.type.elem), 0, ctx.b.Select(
+    Value wy = Take(ctx, ConvertTo(ctx, w, x.type.elem), 0, ctx.b.Select(
         ctx.b.Compare(Cmp::LT, y, ctx.b.ConstantInt(c, y.type)), y, ctx.b.ConstantInt(0, y.type)));
     scale = Bin(ctx, "multiply", scale, wy);
   }
@@ -89,7 +85,7 @@ std::vector<Value> LowerMultiMarginLossBackward(Ctx& ctx, const Args& a) {
   Value g = ctx.b.BroadcastInDim(PerSample(ctx, a.tensor(0), a.int_(6), x.type.dims[0], acc), x.type.dims, {0});
   Value zero = ctx.b.Constant(0, x.type);
   Value active = ctx.b.Select(ctx.b.Compare(Cmp::GT, m.z, zero), ctx.b.Constant(1, x.type), zero);
-  Value slope = ctx.b.Select(BroadcastTo(ctx, m.square, x.type.dims), Bin(ctx, "multiply", m.z, Scalar(ctx, 2, m.z)), active);
+  Value slope = ctx.b.Select(BroadcastTo(ctx, m.square, x.type.dims), Bin(ctx, "multiply", m.z, Const(ctx, 2, m.z)), active);
   Value d = Bin(ctx, "multiply", Bin(ctx, "multiply", slope, m.scale), g);
   Value total = ctx.b.BroadcastInDim(SumOver(ctx, d, {1}), x.type.dims, {0});
   Value grad = ctx.b.Select(m.onehot, ctx.b.Unary("negate", total), d);
@@ -211,7 +207,7 @@ struct Ctc {
 };
 
 Value Ctc::active(Ctx& ctx, Value step) const {
-  Value len = ctx.b.BroadcastInDim(nn::ConstI64(ctx, in_len), {n, l}, {0});
+  Value len = ctx.b.BroadcastInDim(ConstI64(ctx, in_len), {n, l}, {0});
   return ctx.b.Compare(Cmp::LT, ctx.b.BroadcastInDim(step, {n, l}, {}), len);
 }
 
@@ -219,7 +215,7 @@ Value StateTable(Ctx& ctx, int64_t n, int64_t l, const std::function<bool(int64_
   std::vector<bool> v;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t s = 0; s < l; ++s) v.push_back(f(i, s));
-  return ctx.b.Reshape(nn::ConstPred(ctx, v), {n, l});
+  return ctx.b.Reshape(ConstPred(ctx, v), {n, l});
 }
 
 // Reads (log_probs, targets, input_lengths, target_lengths, blank) from `first` on.
@@ -248,7 +244,7 @@ Ctc CtcPieces(Ctx& ctx, const Args& a, size_t first, int64_t blank, ElemType acc
     offset += p.tgt_len[i];
   }
   Value labels = targets.type.numel() == 0 ? ctx.b.ConstantInt(blank, {ElemType::S64, {p.n * p.l}})
-                                           : ctx.b.Gather1D(ctx.b.Reshape(targets, {targets.type.numel()}), nn::ConstI64(ctx, where));
+                                           : ctx.b.Gather1D(ctx.b.Reshape(targets, {targets.type.numel()}), ConstI64(ctx, where));
   Value odd = StateTable(ctx, p.n, p.l, [&](int64_t i, int64_t s) { return s % 2 == 1 && s < 2 * p.tgt_len[i] + 1; });
   p.ext = ctx.b.Select(odd, ctx.b.Reshape(labels, {p.n, p.l}), ctx.b.ConstantInt(blank, {ElemType::S64, {p.n, p.l}}));
   ctx.AddCheck(AnyTrue(ctx, And(ctx, odd, Or(ctx, ctx.b.Compare(Cmp::LT, p.ext, ctx.b.ConstantInt(0, p.ext.type)),
@@ -314,7 +310,7 @@ Value CtcNll(Ctx& ctx, const Ctc& p, Value alphas) {
   std::vector<int64_t> coords;
   for (int64_t i = 0; i < p.n; ++i)
     for (int64_t s = 0; s < p.l; ++s) coords.insert(coords.end(), {i, last[i], s});
-  Value at_end = GatherPoints(ctx, alphas, ctx.b.Reshape(nn::ConstI64(ctx, coords), {p.n, p.l, 3}));
+  Value at_end = GatherPoints(ctx, alphas, ctx.b.Reshape(ConstI64(ctx, coords), {p.n, p.l, 3}));
   Value ends = ctx.b.Select(p.last_states, at_end, ctx.b.Constant(kNegInf, at_end.type));
   Value m = ctx.b.Reduce(ends, ctx.b.Constant(kNegInf, {ends.type.elem, {}}), {1}, "maximum");
   Value finite = ctx.b.Compare(Cmp::NE, m, ctx.b.Constant(kNegInf, m.type));
@@ -351,7 +347,7 @@ Value Betas(Ctx& ctx, const Ctc& p) {
     Value prev = v[0];
     Value lp = Row(ctx, p.lp_ext, step, p);
     Value next = Add(ctx, LogSumExp(ctx, {prev, ShiftDown(ctx, prev, 1), Add(ctx, ShiftDown(ctx, prev, 2), skip_from)}), lp);
-    Value len = ctx.b.BroadcastInDim(nn::ConstI64(ctx, p.in_len), {p.n, p.l}, {0});
+    Value len = ctx.b.BroadcastInDim(ConstI64(ctx, p.in_len), {p.n, p.l}, {0});
     Value last = ctx.b.Compare(Cmp::EQ, ctx.b.BroadcastInDim(Add(ctx, step, ctx.b.ConstantInt(1, step.type)), {p.n, p.l}, {}), len);
     next = ctx.b.Select(last, ctx.b.Select(p.last_states, lp, neg_inf), next);
     next = ctx.b.Select(And(ctx, p.states, p.active(ctx, step)), next, neg_inf);
@@ -384,7 +380,7 @@ std::vector<Value> LowerCtcLossBackward(Ctx& ctx, const Args& a) {
   for (int64_t t = 0; t < p.t; ++t)
     for (int64_t i = 0; i < p.n; ++i) live.push_back(t < p.in_len[i]);
   Value zero = ctx.b.Constant(0, d.type);
-  d = ctx.b.Select(ctx.b.BroadcastInDim(ctx.b.Reshape(nn::ConstPred(ctx, live), {p.t, p.n}), tnc, {0, 1}), d, zero);
+  d = ctx.b.Select(ctx.b.BroadcastInDim(ctx.b.Reshape(ConstPred(ctx, live), {p.t, p.n}), tnc, {0, 1}), d, zero);
   if (a.bool_(8)) d = ZeroInfinite(ctx, d, nll);
   return {ctx.b.Reshape(ConvertTo(ctx, d, ctx.out().elem), ctx.out().dims)};
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../stablehlo/builder.h"
@@ -39,11 +40,29 @@ class Unsupported : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The arguments of one op, in schema order. Read them by name (the schema's argument names,
+// "generator" for the state a seeded op without a Generator argument receives last) where the
+// caller supplies names, as eager and compiled execution do; by position otherwise.
 class Args {
  public:
-  explicit Args(const std::vector<Arg>& args) : args_(args) {}
+  explicit Args(const std::vector<Arg>& args, const std::vector<std::string>* names = nullptr)
+      : args_(args), names_(names) {}
   size_t size() const { return args_.size(); }
+  // The position of the argument called `name`; throws std::invalid_argument when none is.
+  size_t index(std::string_view name) const;
   bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == Arg::Kind::None; }
+  bool is_none(std::string_view name) const { return is_none(index(name)); }
+  const Value& tensor(std::string_view name) const { return tensor(index(name)); }
+  Value optional_tensor(std::string_view name) const { return optional_tensor(index(name)); }
+  const std::vector<Value>& tensors(std::string_view name) const { return tensors(index(name)); }
+  int64_t int_(std::string_view name) const { return int_(index(name)); }
+  int64_t int_or(std::string_view name, int64_t fallback) const { return int_or(index(name), fallback); }
+  double double_(std::string_view name) const { return double_(index(name)); }
+  bool bool_(std::string_view name) const { return bool_(index(name)); }
+  bool bool_or(std::string_view name, bool fallback) const { return bool_or(index(name), fallback); }
+  const std::vector<int64_t>& ints(std::string_view name) const { return ints(index(name)); }
+  const std::string& str(std::string_view name) const { return str(index(name)); }
+  const std::vector<std::string>* names() const { return names_; }
   const Arg& raw(size_t i) const { return args_.at(i); }
   const Value& tensor(size_t i) const;                  // required tensor or run-time scalar
   Value optional_tensor(size_t i) const;                // invalid Value when None
@@ -60,6 +79,7 @@ class Args {
  private:
   const Arg& at(size_t i, Arg::Kind kind, const char* what) const;
   const std::vector<Arg>& args_;
+  const std::vector<std::string>* names_;
 };
 
 struct Ctx {
@@ -99,23 +119,34 @@ struct Ctx {
 
 using LowerFn = std::vector<Value> (*)(Ctx&, const Args&);
 
-// Registers `fn` for the ATen overload `op` ("aten::add.Tensor"). Returns true so it can
-// initialise a static.
-bool Register(const char* op, LowerFn fn);
+// Registers `fn` for the ATen overload `op` ("aten::add.Tensor") from the table line at
+// file:line. Returns true so it can initialise a static.
+bool Register(const char* op, LowerFn fn, const char* file = "", int line = 0);
 // Graph-only lowerings: ops that eager runs without a program (views are metadata, factories
 // and copies are kernels in csrc/aten) but that appear as nodes of torch.compile graphs.
 // Find() sees them; RegisteredOps(), which eager registers kernels for, does not.
-bool RegisterGraphOnly(const char* op, LowerFn fn);
+bool RegisterGraphOnly(const char* op, LowerFn fn, const char* file = "", int line = 0);
 LowerFn Find(const std::string& op);
 std::vector<std::string> RegisteredOps();
 std::vector<std::string> GraphOnlyOps();
+// Every table line as registered, in registration order (duplicates included), for the lint
+// test that each op has one lowering and each file's table blocks are sorted.
+struct Registration {
+  std::string op;
+  std::string file;
+  int line;
+  bool graph_only;
+};
+std::vector<Registration> Registrations();
 
 #define TPU_CONCAT_INNER(a, b) a##b
 #define TPU_CONCAT(a, b) TPU_CONCAT_INNER(a, b)
 #define TPU_LOWERING(op, fn) \
-  static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::Register(op, fn)
+  static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = \
+      ::tpu::lowering::Register(op, fn, __FILE__, __LINE__)
 #define TPU_GRAPH_LOWERING(op, fn) \
-  static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = ::tpu::lowering::RegisterGraphOnly(op, fn)
+  static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = \
+      ::tpu::lowering::RegisterGraphOnly(op, fn, __FILE__, __LINE__)
 
 // Platform choices, made once by the runtime from the plugin's platform before anything is
 // lowered. ragged_dot: chlo.ragged_dot compiles there (TPU, GPU); the XLA CPU plugin rejects

@@ -2,11 +2,10 @@
 // reflection / replication padding, dropout. Statistics accumulate in f32 for half types (rule 10).
 #include <algorithm>
 
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 // Softmax pieces on the accumulator type: shifted = x - max, sum of exp(shifted).
 struct Shifted {
@@ -269,7 +268,6 @@ Value Lt(Ctx& ctx, Value x, Value y) { return ctx.b.Compare(Cmp::LT, x, y); }
 Value Le(Ctx& ctx, Value x, Value y) { return ctx.b.Compare(Cmp::LE, x, y); }
 Value Gt(Ctx& ctx, Value x, Value y) { return ctx.b.Compare(Cmp::GT, x, y); }
 Value Ge(Ctx& ctx, Value x, Value y) { return ctx.b.Compare(Cmp::GE, x, y); }
-Value And(Ctx& ctx, Value x, Value y) { return ctx.b.Binary("and", x, y); }
 
 // elu(x, alpha, scale, input_scale) = x > 0 ? scale * x : alpha * scale * (exp(x * input_scale) - 1)
 std::vector<Value> LowerElu(Ctx& ctx, const Args& a) {
@@ -277,7 +275,7 @@ std::vector<Value> LowerElu(Ctx& ctx, const Args& a) {
   Value alpha = Arg(ctx, a, 1, x), scale = Arg(ctx, a, 2, x), input_scale = Arg(ctx, a, 3, x);
   Value expm1 = ctx.b.Unary("exponential_minus_one", Bin(ctx, "multiply", x, input_scale));
   Value neg = Bin(ctx, "multiply", Bin(ctx, "multiply", alpha, scale), expm1);
-  return {Out(ctx, ctx.b.Select(Le(ctx, x, Scalar(ctx, 0, x)), neg, Bin(ctx, "multiply", x, scale)))};
+  return {Out(ctx, ctx.b.Select(Le(ctx, x, Const(ctx, 0, x)), neg, Bin(ctx, "multiply", x, scale)))};
 }
 
 // elu_backward(g, alpha, scale, input_scale, is_result, self_or_result)
@@ -292,14 +290,14 @@ std::vector<Value> LowerEluBackward(Ctx& ctx, const Args& a) {
     Value e = ctx.b.Unary("exponential", Bin(ctx, "multiply", v, input_scale));
     neg = Bin(ctx, "multiply", Bin(ctx, "multiply", input_scale, negcoef), e);
   }
-  return {Out(ctx, Bin(ctx, "multiply", g, ctx.b.Select(Le(ctx, v, Scalar(ctx, 0, v)), neg, scale)))};
+  return {Out(ctx, Bin(ctx, "multiply", g, ctx.b.Select(Le(ctx, v, Const(ctx, 0, v)), neg, scale)))};
 }
 
 // hardsigmoid(x) = clamp(x + 3, 0, 6) / 6; hardswish(x) = x * hardsigmoid(x)
 Value Relu6Over6(Ctx& ctx, Value x) {
-  Value t = Bin(ctx, "add", x, Scalar(ctx, 3, x));
-  t = Bin(ctx, "minimum", Bin(ctx, "maximum", t, Scalar(ctx, 0, x)), Scalar(ctx, 6, x));
-  return Bin(ctx, "divide", t, Scalar(ctx, 6, x));
+  Value t = Bin(ctx, "add", x, Const(ctx, 3, x));
+  t = Bin(ctx, "minimum", Bin(ctx, "maximum", t, Const(ctx, 0, x)), Const(ctx, 6, x));
+  return Bin(ctx, "divide", t, Const(ctx, 6, x));
 }
 // XLA's CPU min/max drop NaN (fast min/max), so NaN inputs are put back explicitly.
 Value KeepNan(Ctx& ctx, Value x, Value y) { return ctx.b.Select(IsNan(ctx, x), x, y); }
@@ -315,15 +313,15 @@ std::vector<Value> LowerHardswish(Ctx& ctx, const Args& a) {
 // hardsigmoid_backward(g, x) = -3 < x < 3 ? g / 6 : 0
 std::vector<Value> LowerHardsigmoidBackward(Ctx& ctx, const Args& a) {
   Value g = Acc(ctx, a.tensor(0)), x = Acc(ctx, a.tensor(1));
-  Value inside = And(ctx, Gt(ctx, x, Scalar(ctx, -3, x)), Lt(ctx, x, Scalar(ctx, 3, x)));
-  return {Out(ctx, ctx.b.Select(inside, Bin(ctx, "divide", g, Scalar(ctx, 6, g)), Scalar(ctx, 0, g)))};
+  Value inside = And(ctx, Gt(ctx, x, Const(ctx, -3, x)), Lt(ctx, x, Const(ctx, 3, x)));
+  return {Out(ctx, ctx.b.Select(inside, Bin(ctx, "divide", g, Const(ctx, 6, g)), Const(ctx, 0, g)))};
 }
 // hardswish_backward(g, x) = x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : g
 std::vector<Value> LowerHardswishBackward(Ctx& ctx, const Args& a) {
   Value g = Acc(ctx, a.tensor(0)), x = Acc(ctx, a.tensor(1));
-  Value mid = Bin(ctx, "multiply", g, Bin(ctx, "add", Bin(ctx, "divide", x, Scalar(ctx, 3, x)), Scalar(ctx, 0.5, x)));
-  Value r = ctx.b.Select(Lt(ctx, x, Scalar(ctx, 3, x)), mid, g);
-  return {Out(ctx, ctx.b.Select(Le(ctx, x, Scalar(ctx, -3, x)), Scalar(ctx, 0, g), r))};
+  Value mid = Bin(ctx, "multiply", g, Bin(ctx, "add", Bin(ctx, "divide", x, Const(ctx, 3, x)), Const(ctx, 0.5, x)));
+  Value r = ctx.b.Select(Lt(ctx, x, Const(ctx, 3, x)), mid, g);
+  return {Out(ctx, ctx.b.Select(Le(ctx, x, Const(ctx, -3, x)), Const(ctx, 0, g), r))};
 }
 
 // softplus(x, beta, threshold) = x * beta > threshold ? x : log1p(exp(x * beta)) / beta
@@ -340,7 +338,7 @@ std::vector<Value> LowerSoftplusBackward(Ctx& ctx, const Args& a) {
   Value beta = Arg(ctx, a, 2, x), threshold = Arg(ctx, a, 3, x);
   Value xb = Bin(ctx, "multiply", x, beta);
   Value z = ctx.b.Unary("exponential", xb);
-  Value soft = Bin(ctx, "divide", Bin(ctx, "multiply", g, z), Bin(ctx, "add", z, Scalar(ctx, 1, z)));
+  Value soft = Bin(ctx, "divide", Bin(ctx, "multiply", g, z), Bin(ctx, "add", z, Const(ctx, 1, z)));
   return {Out(ctx, ctx.b.Select(Gt(ctx, xb, threshold), g, soft))};
 }
 
@@ -355,7 +353,7 @@ std::vector<Value> LowerMish(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerLogSigmoid(Ctx& ctx, const Args& a) {
   Value x = Acc(ctx, a.tensor(0));
   Value z = ctx.b.Unary("exponential", ctx.b.Unary("negate", ctx.b.Unary("abs", x)));
-  Value y = Bin(ctx, "subtract", KeepNan(ctx, x, Bin(ctx, "minimum", x, Scalar(ctx, 0, x))), ctx.b.Unary("log_plus_one", z));
+  Value y = Bin(ctx, "subtract", KeepNan(ctx, x, Bin(ctx, "minimum", x, Const(ctx, 0, x))), ctx.b.Unary("log_plus_one", z));
   Value buffer = ctx.out(1).numel() == z.type.numel() ? ConvertTo(ctx, ctx.b.Reshape(z, ctx.out(1).dims), ctx.out(1).elem)
                                                       : ctx.b.Constant(0, ctx.out(1));
   return {Out(ctx, y), buffer};
@@ -363,10 +361,10 @@ std::vector<Value> LowerLogSigmoid(Ctx& ctx, const Args& a) {
 // log_sigmoid_backward(g, x, buffer) = g * ((x < 0) - sign * z / (1 + z)), sign = x < 0 ? 1 : -1
 std::vector<Value> LowerLogSigmoidBackward(Ctx& ctx, const Args& a) {
   Value g = Acc(ctx, a.tensor(0)), x = Acc(ctx, a.tensor(1));
-  Value neg = Lt(ctx, x, Scalar(ctx, 0, x));
+  Value neg = Lt(ctx, x, Const(ctx, 0, x));
   Value z = ctx.b.Unary("exponential", ctx.b.Unary("negate", ctx.b.Unary("abs", x)));
-  Value frac = Bin(ctx, "divide", z, Bin(ctx, "add", z, Scalar(ctx, 1, z)));
-  Value d = ctx.b.Select(neg, Bin(ctx, "subtract", Scalar(ctx, 1, x), frac), frac);
+  Value frac = Bin(ctx, "divide", z, Bin(ctx, "add", z, Const(ctx, 1, z)));
+  Value d = ctx.b.Select(neg, Bin(ctx, "subtract", Const(ctx, 1, x), frac), frac);
   return {Out(ctx, Bin(ctx, "multiply", g, d))};
 }
 
@@ -394,7 +392,7 @@ std::vector<Value> LowerGluBackward(Ctx& ctx, const Args& a) {
   auto [first, second] = Halves(ctx, x, dim);
   Value s = ctx.b.Unary("logistic", second);
   Value ga = Bin(ctx, "multiply", g, s);
-  Value gb = Bin(ctx, "multiply", Bin(ctx, "multiply", ga, first), Bin(ctx, "subtract", Scalar(ctx, 1, s), s));
+  Value gb = Bin(ctx, "multiply", Bin(ctx, "multiply", ga, first), Bin(ctx, "subtract", Const(ctx, 1, s), s));
   return {Out(ctx, ctx.b.Concatenate({ga, gb}, dim))};
 }
 
@@ -402,7 +400,7 @@ std::vector<Value> LowerGluBackward(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerPrelu(Ctx& ctx, const Args& a) {
   Value x = Acc(ctx, a.tensor(0));
   Value w = CastTo(ctx, a.tensor(1), x.type);
-  return {Out(ctx, ctx.b.Select(Gt(ctx, x, Scalar(ctx, 0, x)), x, Bin(ctx, "multiply", w, x)))};
+  return {Out(ctx, ctx.b.Select(Gt(ctx, x, Const(ctx, 0, x)), x, Bin(ctx, "multiply", w, x)))};
 }
 
 // _prelu_kernel_backward(g, x, weight) -> (x > 0 ? g : weight * g, sum of (x > 0 ? 0 : x * g))
@@ -412,9 +410,9 @@ std::vector<Value> LowerPreluBackward(Ctx& ctx, const Args& a) {
   TensorType full{acc, g.type.dims};
   x = CastTo(ctx, x, full);
   Value w = CastTo(ctx, a.tensor(2), full);
-  Value pos = Gt(ctx, x, Scalar(ctx, 0, x));
+  Value pos = Gt(ctx, x, Const(ctx, 0, x));
   Value gx = ctx.b.Select(pos, g, Bin(ctx, "multiply", w, g));
-  Value gw = ctx.b.Select(pos, Scalar(ctx, 0, g), Bin(ctx, "multiply", x, g));
+  Value gw = ctx.b.Select(pos, Const(ctx, 0, g), Bin(ctx, "multiply", x, g));
   return {ConvertTo(ctx, SumToShape(ctx, gx, ctx.out(0).dims), ctx.out(0).elem),
           ConvertTo(ctx, SumToShape(ctx, gw, ctx.out(1).dims), ctx.out(1).elem)};
 }
@@ -423,18 +421,18 @@ std::vector<Value> LowerPreluBackward(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerHardshrink(Ctx& ctx, const Args& a) {
   Value x = Acc(ctx, a.tensor(0)), l = Arg(ctx, a, 1, x);
   Value inside = And(ctx, Ge(ctx, x, ctx.b.Unary("negate", l)), Le(ctx, x, l));
-  return {Out(ctx, ctx.b.Select(inside, Scalar(ctx, 0, x), x))};
+  return {Out(ctx, ctx.b.Select(inside, Const(ctx, 0, x), x))};
 }
 // hardshrink_backward / softshrink_backward(g, x, l) = -l <= x <= l ? 0 : g
 std::vector<Value> LowerShrinkBackward(Ctx& ctx, const Args& a) {
   Value g = Acc(ctx, a.tensor(0)), x = Acc(ctx, a.tensor(1)), l = Arg(ctx, a, 2, x);
   Value inside = And(ctx, Ge(ctx, x, ctx.b.Unary("negate", l)), Le(ctx, x, l));
-  return {Out(ctx, ctx.b.Select(inside, Scalar(ctx, 0, g), g))};
+  return {Out(ctx, ctx.b.Select(inside, Const(ctx, 0, g), g))};
 }
 // softshrink(x, l) = x > l ? x - l : x < -l ? x + l : x * 0
 std::vector<Value> LowerSoftshrink(Ctx& ctx, const Args& a) {
   Value x = Acc(ctx, a.tensor(0)), l = Arg(ctx, a, 1, x);
-  Value zero = Bin(ctx, "multiply", x, Scalar(ctx, 0, x));  // NaN stays NaN
+  Value zero = Bin(ctx, "multiply", x, Const(ctx, 0, x));  // NaN stays NaN
   Value r = ctx.b.Select(Lt(ctx, x, ctx.b.Unary("negate", l)), Bin(ctx, "add", x, l), zero);
   return {Out(ctx, ctx.b.Select(Gt(ctx, x, l), Bin(ctx, "subtract", x, l), r))};
 }
@@ -470,7 +468,7 @@ std::vector<Value> LowerBinaryCrossEntropy(Ctx& ctx, const Args& a) {
   Value loss = Bin(ctx, "subtract", Bin(ctx, "multiply", t_minus_1, log_1mx), Bin(ctx, "multiply", t, log_x));
   loss = KeepNan(ctx, x, loss);
   if (!a.is_none(2)) loss = Bin(ctx, "multiply", loss, CastTo(ctx, a.tensor(2), full));
-  return {Out(ctx, nn::Reduce(ctx, loss, a.int_(3)))};
+  return {Out(ctx, Reduce(ctx, loss, a.int_(3)))};
 }
 // binary_cross_entropy_backward(g, x, t, weight?, reduction) = g * w * (x - t) / max((1 - x) * x, 1e-12)
 std::vector<Value> LowerBinaryCrossEntropyBackward(Ctx& ctx, const Args& a) {
@@ -499,7 +497,7 @@ std::vector<Value> LowerBceWithLogits(Ctx& ctx, const Args& a) {
   }
   Value loss = Bin(ctx, "subtract", Bin(ctx, "multiply", Bin(ctx, "subtract", one, t), x), log_sig);
   if (!a.is_none(2)) loss = Bin(ctx, "multiply", loss, CastTo(ctx, a.tensor(2), full));
-  return {Out(ctx, nn::Reduce(ctx, loss, a.int_(4)))};
+  return {Out(ctx, Reduce(ctx, loss, a.int_(4)))};
 }
 
 // smooth_l1_loss(x, t, reduction, beta) = |d| < beta ? 0.5 d^2 / beta : |d| - 0.5 beta;
@@ -521,7 +519,7 @@ std::vector<Value> LowerSmoothL1(Ctx& ctx, const Args& a) {
     else quad = Bin(ctx, "divide", quad, b);
     loss = ctx.b.Select(Lt(ctx, z, b), quad, lin);
   }
-  return {Out(ctx, nn::Reduce(ctx, loss, a.int_(2)))};
+  return {Out(ctx, Reduce(ctx, loss, a.int_(2)))};
 }
 // smooth_l1_loss_backward(g, x, t, reduction, beta) = g * (d <= -beta ? -1 : d >= beta ? 1 : d / beta)
 // huber_loss_backward(g, x, t, reduction, delta) = g * (d < -delta ? -delta : d > delta ? delta : d)
@@ -623,7 +621,7 @@ std::vector<Value> LowerNativeDropout(Ctx& ctx, const Args& a) {
   Value u = Uniform01(ctx, a.tensor(3), x.type.dims);
   Value mask = Lt(ctx, u, ctx.b.Constant(keep, u.type));
   Value xa = Acc(ctx, x);
-  Value y = Bin(ctx, "multiply", ctx.b.Select(mask, xa, Scalar(ctx, 0, xa)), Scalar(ctx, keep == 0 ? 0 : 1 / keep, xa));
+  Value y = Bin(ctx, "multiply", ctx.b.Select(mask, xa, Const(ctx, 0, xa)), Const(ctx, keep == 0 ? 0 : 1 / keep, xa));
   return {Out(ctx, y), ConvertTo(ctx, mask, mask_t.elem)};
 }
 
@@ -631,7 +629,7 @@ std::vector<Value> LowerNativeDropout(Ctx& ctx, const Args& a) {
 std::vector<Value> LowerNativeDropoutBackward(Ctx& ctx, const Args& a) {
   Value g = Acc(ctx, a.tensor(0));
   Value m = ctx.b.Compare(Cmp::NE, a.tensor(1), ctx.b.Constant(0, a.tensor(1).type));
-  Value y = ctx.b.Select(m, Bin(ctx, "multiply", g, Scalar(ctx, a.double_(2), g)), Scalar(ctx, 0, g));
+  Value y = ctx.b.Select(m, Bin(ctx, "multiply", g, Const(ctx, a.double_(2), g)), Const(ctx, 0, g));
   return {Out(ctx, y)};
 }
 
@@ -641,15 +639,15 @@ std::vector<Value> LowerNativeDropoutBackward(Ctx& ctx, const Args& a) {
 std::pair<Value, Value> Rrelu(Ctx& ctx, const Args& a) {
   Value x = Acc(ctx, a.tensor(0));
   Value lower = CastTo(ctx, a.tensor(2), x.type), upper = CastTo(ctx, a.tensor(3), x.type);
-  Value nonpositive = ctx.b.Compare(Cmp::LE, x, Scalar(ctx, 0, x));
+  Value nonpositive = ctx.b.Compare(Cmp::LE, x, Const(ctx, 0, x));
   if (!a.bool_(4)) {
-    Value slope = Bin(ctx, "multiply", Bin(ctx, "add", lower, upper), Scalar(ctx, 0.5, x));
+    Value slope = Bin(ctx, "multiply", Bin(ctx, "add", lower, upper), Const(ctx, 0.5, x));
     return {Out(ctx, ctx.b.Select(nonpositive, Bin(ctx, "multiply", x, slope), x)), Value{}};
   }
   if (a.is_none(5)) throw Unsupported("rrelu_with_noise without a generator state");
   Value u = ConvertTo(ctx, Uniform01(ctx, a.tensor(5), x.type.dims), x.type.elem);
   Value slope = Bin(ctx, "add", lower, Bin(ctx, "multiply", u, Bin(ctx, "subtract", upper, lower)));
-  Value noise = ctx.b.Select(nonpositive, slope, Scalar(ctx, 1, x));
+  Value noise = ctx.b.Select(nonpositive, slope, Const(ctx, 1, x));
   return {Out(ctx, Bin(ctx, "multiply", x, noise)), ConvertTo(ctx, noise, a.tensor(1).type.elem)};
 }
 

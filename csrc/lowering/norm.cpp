@@ -4,11 +4,10 @@
 #include <cmath>
 #include <limits>
 
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 // Every dim of x but the channel dim 1.
 std::vector<int64_t> NonChannel(const Value& x) {
@@ -19,7 +18,7 @@ std::vector<int64_t> NonChannel(const Value& x) {
 }
 
 Value InvStd(Ctx& ctx, Value var, double eps) {
-  return Bin(ctx, "divide", Scalar(ctx, 1, var), ctx.b.Unary("sqrt", Bin(ctx, "add", var, Scalar(ctx, eps, var))));
+  return Bin(ctx, "divide", Const(ctx, 1, var), ctx.b.Unary("sqrt", Bin(ctx, "add", var, Const(ctx, eps, var))));
 }
 
 struct BatchNormArgs {
@@ -28,6 +27,12 @@ struct BatchNormArgs {
   double momentum, eps;
   int running_mean_arg = -1, running_var_arg = -1;  // argument indices to write the new stats into
 };
+
+// The arguments every batch norm form shares, by name; the running stats and the mode vary.
+BatchNormArgs Named(const Args& a, Value running_mean, Value running_var, bool training) {
+  return {a.tensor("input"), a.optional_tensor("weight"), a.optional_tensor("bias"), running_mean, running_var,
+          training, a.double_("momentum"), a.double_("eps")};
+}
 
 struct BatchNormResult {
   Value y, mean, invstd;            // mean / invstd in the accumulator type, [C]
@@ -46,21 +51,21 @@ BatchNormResult BatchNorm(Ctx& ctx, const BatchNormArgs& p) {
   Value var;
   if (p.training) {
     Value sum = SumOver(ctx, x, dims);
-    r.mean = Bin(ctx, "divide", sum, Scalar(ctx, static_cast<double>(n), sum));
+    r.mean = Bin(ctx, "divide", sum, Const(ctx, static_cast<double>(n), sum));
     Value centered = Bin(ctx, "subtract", x, ctx.b.BroadcastInDim(r.mean, x.type.dims, {1}));
     Value sq = SumOver(ctx, Bin(ctx, "multiply", centered, centered), dims);
-    var = Bin(ctx, "divide", sq, Scalar(ctx, static_cast<double>(n), sq));
+    var = Bin(ctx, "divide", sq, Const(ctx, static_cast<double>(n), sq));
     if (p.running_mean.valid()) {
       Value rm = ConvertTo(ctx, p.running_mean, acc);
-      Value upd = Bin(ctx, "add", Bin(ctx, "multiply", Scalar(ctx, p.momentum, r.mean), r.mean),
-                      Bin(ctx, "multiply", Scalar(ctx, 1 - p.momentum, rm), rm));
+      Value upd = Bin(ctx, "add", Bin(ctx, "multiply", Const(ctx, p.momentum, r.mean), r.mean),
+                      Bin(ctx, "multiply", Const(ctx, 1 - p.momentum, rm), rm));
       r.new_running_mean = ConvertTo(ctx, upd, p.running_mean.type.elem);
     }
     if (p.running_var.valid()) {
       Value rv = ConvertTo(ctx, p.running_var, acc);
-      Value unbiased = Bin(ctx, "multiply", var, Scalar(ctx, n > 1 ? static_cast<double>(n) / (n - 1) : NAN, var));
-      Value upd = Bin(ctx, "add", Bin(ctx, "multiply", Scalar(ctx, p.momentum, unbiased), unbiased),
-                      Bin(ctx, "multiply", Scalar(ctx, 1 - p.momentum, rv), rv));
+      Value unbiased = Bin(ctx, "multiply", var, Const(ctx, n > 1 ? static_cast<double>(n) / (n - 1) : NAN, var));
+      Value upd = Bin(ctx, "add", Bin(ctx, "multiply", Const(ctx, p.momentum, unbiased), unbiased),
+                      Bin(ctx, "multiply", Const(ctx, 1 - p.momentum, rv), rv));
       r.new_running_var = ConvertTo(ctx, upd, p.running_var.type.elem);
     }
   } else {
@@ -94,21 +99,21 @@ std::vector<Value> BatchNormResults(Ctx& ctx, const BatchNormArgs& p, BatchNormR
 // native_batch_norm / _native_batch_norm_legit(x, weight?, bias?, running_mean?, running_var?,
 // training, momentum, eps) -> (y, save_mean, save_invstd)
 std::vector<Value> LowerNativeBatchNorm(Ctx& ctx, const Args& a) {
-  BatchNormArgs p{a.tensor(0), a.optional_tensor(1), a.optional_tensor(2), a.optional_tensor(3), a.optional_tensor(4),
-                  a.bool_(5), a.double_(6), a.double_(7), 3, 4};
+  BatchNormArgs p = Named(a, a.optional_tensor("running_mean"), a.optional_tensor("running_var"), a.bool_("training"));
+  p.running_mean_arg = static_cast<int>(a.index("running_mean"));
+  p.running_var_arg = static_cast<int>(a.index("running_var"));
   return BatchNormResults(ctx, p);
 }
 
 // _native_batch_norm_legit.no_stats(x, weight?, bias?, training, momentum, eps)
 std::vector<Value> LowerBatchNormNoStats(Ctx& ctx, const Args& a) {
-  BatchNormArgs p{a.tensor(0), a.optional_tensor(1), a.optional_tensor(2), {}, {}, true, a.double_(4), a.double_(5)};
+  BatchNormArgs p = Named(a, {}, {}, true);
   return BatchNormResults(ctx, p);
 }
 
 // _native_batch_norm_legit_no_training(x, weight?, bias?, running_mean, running_var, momentum, eps)
 std::vector<Value> LowerBatchNormNoTraining(Ctx& ctx, const Args& a) {
-  BatchNormArgs p{a.tensor(0), a.optional_tensor(1), a.optional_tensor(2), a.tensor(3), a.tensor(4),
-                  false, a.double_(5), a.double_(6)};
+  BatchNormArgs p = Named(a, a.tensor("running_mean"), a.tensor("running_var"), false);
   return BatchNormResults(ctx, p);
 }
 
@@ -117,8 +122,9 @@ std::vector<Value> LowerBatchNormNoTraining(Ctx& ctx, const Args& a) {
 //   normalises with the running stats and writes nothing.
 template <bool kUpdate>
 std::vector<Value> LowerBatchNormWithUpdate(Ctx& ctx, const Args& a) {
-  BatchNormArgs p{a.tensor(0), a.optional_tensor(1), a.optional_tensor(2), a.optional_tensor(3), a.optional_tensor(4),
-                  kUpdate, a.double_(5), a.double_(6), 3, 4};
+  BatchNormArgs p = Named(a, a.optional_tensor("running_mean"), a.optional_tensor("running_var"), kUpdate);
+  p.running_mean_arg = static_cast<int>(a.index("running_mean"));
+  p.running_var_arg = static_cast<int>(a.index("running_var"));
   std::vector<Value> out = BatchNormResults(ctx, p);
   out.push_back(ctx.b.Constant(0, ctx.out(3)));  // reserve: empty (no cudnn workspace)
   return out;
@@ -128,8 +134,7 @@ std::vector<Value> LowerBatchNormWithUpdate(Ctx& ctx, const Args& a) {
 // momentum, eps) -> (y, save_mean, save_invstd, new_running_mean, new_running_var): the form
 // functionalized graphs use.
 std::vector<Value> LowerBatchNormFunctional(Ctx& ctx, const Args& a) {
-  BatchNormArgs p{a.tensor(0), a.optional_tensor(1), a.optional_tensor(2), a.tensor(3), a.tensor(4),
-                  a.bool_(5), a.double_(6), a.double_(7)};
+  BatchNormArgs p = Named(a, a.tensor("running_mean"), a.tensor("running_var"), a.bool_("training"));
   BatchNormResult r;
   std::vector<Value> out = BatchNormResults(ctx, p, &r);
   out.push_back(r.new_running_mean.valid() ? r.new_running_mean : p.running_mean);
@@ -159,7 +164,7 @@ std::vector<Value> BatchNormBackward(Ctx& ctx, const Args& a, bool training) {
   Value scale = weight.valid() ? Bin(ctx, "multiply", invstd, ConvertTo(ctx, weight, acc)) : invstd;
   Value gx;
   if (training) {
-    Value inv_n = Scalar(ctx, 1.0 / static_cast<double>(n), sum_g);
+    Value inv_n = Const(ctx, 1.0 / static_cast<double>(n), sum_g);
     Value mean_g = ctx.b.BroadcastInDim(Bin(ctx, "multiply", sum_g, inv_n), x.type.dims, {1});
     Value proj = Bin(ctx, "multiply", Bin(ctx, "multiply", dot, inv_n), Bin(ctx, "multiply", invstd, invstd));
     Value along_proj = Bin(ctx, "multiply", centered, ctx.b.BroadcastInDim(proj, x.type.dims, {1}));
@@ -188,20 +193,20 @@ Value Grouped(Ctx& ctx, Value x, int64_t n, int64_t c, int64_t hw, int64_t group
 // native_group_norm(x, weight?, bias?, N, C, HxW, group, eps) -> (y, mean [N, G], rstd [N, G])
 std::vector<Value> LowerGroupNorm(Ctx& ctx, const Args& a) {
   ElemType acc = AccumulatorType(ctx.out(0).elem);
-  int64_t n = a.int_(3), c = a.int_(4), hw = a.int_(5), groups = a.int_(6);
-  Value x = Grouped(ctx, ConvertTo(ctx, a.tensor(0), acc), n, c, hw, groups);
+  int64_t n = a.int_("N"), c = a.int_("C"), hw = a.int_("HxW"), groups = a.int_("group");
+  Value x = Grouped(ctx, ConvertTo(ctx, a.tensor("input"), acc), n, c, hw, groups);
   double count = static_cast<double>((c / groups) * hw);
   Value mean = Bin(ctx, "divide", SumOver(ctx, x, {2, 3}), ctx.b.Constant(count, {acc, {n, groups}}));
   Value centered = Bin(ctx, "subtract", x, Unreduce(ctx, mean, x.type.dims, {2, 3}));
   Value sq = SumOver(ctx, Bin(ctx, "multiply", centered, centered), {2, 3});
-  Value var = Bin(ctx, "divide", sq, Scalar(ctx, count, sq));
-  Value rstd = InvStd(ctx, var, a.double_(7));
+  Value var = Bin(ctx, "divide", sq, Const(ctx, count, sq));
+  Value rstd = InvStd(ctx, var, a.double_("eps"));
   Value y = Bin(ctx, "multiply", centered, Unreduce(ctx, rstd, x.type.dims, {2, 3}));
   auto channel = [&](Value v) {
     return ctx.b.BroadcastInDim(ctx.b.Reshape(ConvertTo(ctx, v, acc), {groups, c / groups}), x.type.dims, {1, 2});
   };
-  if (!a.is_none(1)) y = Bin(ctx, "multiply", y, channel(a.tensor(1)));
-  if (!a.is_none(2)) y = Bin(ctx, "add", y, channel(a.tensor(2)));
+  if (!a.is_none("weight")) y = Bin(ctx, "multiply", y, channel(a.tensor("weight")));
+  if (!a.is_none("bias")) y = Bin(ctx, "add", y, channel(a.tensor("bias")));
   return {ConvertTo(ctx, ctx.b.Reshape(y, ctx.out(0).dims), ctx.out(0).elem),
           ConvertTo(ctx, ctx.b.Reshape(mean, ctx.out(1).dims), ctx.out(1).elem),
           ConvertTo(ctx, ctx.b.Reshape(rstd, ctx.out(2).dims), ctx.out(2).elem)};
@@ -211,9 +216,9 @@ std::vector<Value> LowerGroupNorm(Ctx& ctx, const Args& a) {
 // gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) per group, gw = g * weight.
 std::vector<Value> LowerGroupNormBackward(Ctx& ctx, const Args& a) {
   ElemType acc = AccumulatorType(ctx.out(0).elem);
-  int64_t n = a.int_(5), c = a.int_(6), hw = a.int_(7), groups = a.int_(8);
-  Value g = Grouped(ctx, ConvertTo(ctx, a.tensor(0), acc), n, c, hw, groups);
-  Value x = Grouped(ctx, ConvertTo(ctx, a.tensor(1), acc), n, c, hw, groups);
+  int64_t n = a.int_("N"), c = a.int_("C"), hw = a.int_("HxW"), groups = a.int_("group");
+  Value g = Grouped(ctx, ConvertTo(ctx, a.tensor("grad_out"), acc), n, c, hw, groups);
+  Value x = Grouped(ctx, ConvertTo(ctx, a.tensor("input"), acc), n, c, hw, groups);
   const auto& dims = x.type.dims;
   Value mean = Unreduce(ctx, ctx.b.Reshape(ConvertTo(ctx, a.tensor(2), acc), {n, groups}), dims, {2, 3});
   Value rstd = Unreduce(ctx, ctx.b.Reshape(ConvertTo(ctx, a.tensor(3), acc), {n, groups}), dims, {2, 3});
@@ -226,7 +231,7 @@ std::vector<Value> LowerGroupNormBackward(Ctx& ctx, const Args& a) {
   double count = static_cast<double>((c / groups) * hw);
   auto group_mean = [&](Value v) {
     Value s = SumOver(ctx, v, {2, 3});
-    return Unreduce(ctx, Bin(ctx, "divide", s, Scalar(ctx, count, s)), dims, {2, 3});
+    return Unreduce(ctx, Bin(ctx, "divide", s, Const(ctx, count, s)), dims, {2, 3});
   };
   Value proj = Bin(ctx, "multiply", xhat, group_mean(Bin(ctx, "multiply", gw, xhat)));
   Value inner = Bin(ctx, "subtract", Bin(ctx, "subtract", gw, group_mean(gw)), proj);
@@ -261,8 +266,8 @@ std::vector<Value> LowerRmsNorm(Ctx& ctx, const Args& a) {
                                                     : static_cast<double>(std::numeric_limits<float>::epsilon()))
                             : a.double_(3);
   Value ms = SumOver(ctx, Bin(ctx, "multiply", x, x), dims);
-  ms = Bin(ctx, "divide", ms, Scalar(ctx, static_cast<double>(count), ms));
-  Value rstd = ctx.b.Unary("rsqrt", Bin(ctx, "add", ms, Scalar(ctx, eps, ms)));
+  ms = Bin(ctx, "divide", ms, Const(ctx, static_cast<double>(count), ms));
+  Value rstd = ctx.b.Unary("rsqrt", Bin(ctx, "add", ms, Const(ctx, eps, ms)));
   Value y = Bin(ctx, "multiply", x, Unreduce(ctx, rstd, x.type.dims, dims));
   if (!a.is_none(2)) y = Bin(ctx, "multiply", y, TrailingBroadcast(ctx, ConvertTo(ctx, a.tensor(2), acc), x));
   return {ConvertTo(ctx, y, ctx.out(0).elem), ConvertTo(ctx, ctx.b.Reshape(rstd, ctx.out(1).dims), ctx.out(1).elem)};
@@ -282,7 +287,7 @@ std::vector<Value> LowerRmsNormBackward(Ctx& ctx, const Args& a) {
   Value xhat = Bin(ctx, "multiply", x, rstd);
   Value gw = a.is_none(4) ? g : Bin(ctx, "multiply", g, TrailingBroadcast(ctx, ConvertTo(ctx, a.tensor(4), acc), x));
   Value m = SumOver(ctx, Bin(ctx, "multiply", gw, xhat), dims);
-  m = Unreduce(ctx, Bin(ctx, "divide", m, Scalar(ctx, static_cast<double>(count), m)), x.type.dims, dims);
+  m = Unreduce(ctx, Bin(ctx, "divide", m, Const(ctx, static_cast<double>(count), m)), x.type.dims, dims);
   Value gx = Bin(ctx, "multiply", rstd, Bin(ctx, "subtract", gw, Bin(ctx, "multiply", xhat, m)));
   if (a.is_none(4)) return {ConvertTo(ctx, gx, ctx.out(0).elem), ctx.b.Constant(0, ctx.out(1))};  // no weight
   Value dweight = ctx.b.Reshape(SumOver(ctx, Bin(ctx, "multiply", g, xhat), outer), ctx.out(1).dims);

@@ -8,11 +8,9 @@
 #include <functional>
 
 #include "helpers.h"
-#include "nn_util.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 // One spatial dim of a sliding-window pool: input and output sizes, kernel, stride, padding,
 // dilation, and the extra high padding ceil_mode's last window reaches into.
@@ -123,7 +121,7 @@ Value OffsetIndex(Ctx& ctx, const Pool& g, const std::vector<int64_t>& j) {
 // valid element of the window.
 void MaxStep(Ctx& ctx, Value& best, Value& best_idx, Value v, Value idx, Value valid) {
   Value take = ctx.b.Compare(Cmp::GT, v, best);
-  if (IsFloat(v.type.elem)) take = ctx.b.Binary("or", take, nn::IsNan(ctx, v));
+  if (IsFloat(v.type.elem)) take = ctx.b.Binary("or", take, IsNan(ctx, v));
   take = ctx.b.Binary("or", take, ctx.b.Compare(Cmp::LT, best_idx, ctx.b.ConstantInt(0, best_idx.type)));
   if (valid.valid()) take = ctx.b.Binary("and", take, valid);
   best = ctx.b.Select(take, v, best);

@@ -1,4 +1,4 @@
-// Random ops and factories. Random bits come from rng_bit_generator (Philox) keyed by the
+// Random ops. Random bits come from rng_bit_generator (Philox) keyed by the
 // generator's (seed, offset), a run-time parameter: a seed reproduces values, and a new
 // offset never recompiles.
 #include <cmath>
@@ -8,18 +8,6 @@
 
 namespace tpu::lowering {
 namespace {
-
-// Uniform floats in [0, 1) of `dims`, built from the top mantissa bits of random words.
-Value Uniform01(Ctx& ctx, Value state, const std::vector<int64_t>& dims) {
-  TensorType bits_type{ElemType::U32, dims};
-  auto outs = ctx.b.Op("stablehlo.rng_bit_generator", {state}, {state.type, bits_type},
-                       "rng_algorithm = #stablehlo<rng_algorithm PHILOX>");
-  Value bits = outs[1];
-  Value mantissa = ctx.b.Binary("shift_right_logical", bits, ctx.b.ConstantInt(9, bits_type));
-  Value one_bits = ctx.b.Binary("or", mantissa, ctx.b.ConstantInt(0x3F800000, bits_type));
-  Value in_1_2 = ctx.b.BitcastConvert(one_bits, {ElemType::F32, dims});
-  return ctx.b.Binary("subtract", in_1_2, ctx.b.Constant(1, {ElemType::F32, dims}));
-}
 
 Value RandomBits64(Ctx& ctx, Value state, const std::vector<int64_t>& dims) {
   return ctx.b.Op("stablehlo.rng_bit_generator", {state}, {state.type, {ElemType::U64, dims}},
@@ -247,79 +235,6 @@ std::vector<Value> LowerRandomTo(Ctx& ctx, const Args& a) {
   return LowerRandomFromTo(ctx, Args(args));
 }
 
-// arange.start_out(start, end, step, out): start + i * step.
-std::vector<Value> LowerArange(Ctx& ctx, const Args& a) {
-  const TensorType& t = ctx.out();
-  ElemType compute = IsFloat(t.elem) ? AccumulatorType(t.elem) : ElemType::S64;
-  TensorType ct{compute, t.dims};
-  Value i = ctx.b.Iota(ct, 0);
-  Value start = CastTo(ctx, a.tensor(0), ct), step = CastTo(ctx, a.tensor(2), ct);
-  return {ConvertTo(ctx, ctx.b.Binary("add", start, ctx.b.Binary("multiply", i, step)), t.elem)};
-}
-
-// linspace.out(start, end, steps, out): the first half counts up from start, the second
-// half down from end, as PyTorch does, so both ends are exact; integers truncate.
-std::vector<Value> LowerLinspace(Ctx& ctx, const Args& a) {
-  const TensorType& t = ctx.out();
-  int64_t steps = a.int_(2);
-  ElemType compute = IsFloat(t.elem) ? AccumulatorType(t.elem) : ElemType::F64;
-  TensorType ct{compute, t.dims};
-  Value start = CastTo(ctx, a.tensor(0), ct), end = CastTo(ctx, a.tensor(1), ct);
-  if (steps <= 1) return {ConvertTo(ctx, start, t.elem)};
-  Value step = ctx.b.Binary("divide", ctx.b.Binary("subtract", end, start), ctx.b.Constant(static_cast<double>(steps - 1), ct));
-  Value i = ctx.b.Convert(ctx.b.Iota({ElemType::S64, t.dims}, 0), compute);
-  Value up = ctx.b.Binary("add", start, ctx.b.Binary("multiply", i, step));
-  Value back = ctx.b.Binary("subtract", ctx.b.Constant(static_cast<double>(steps - 1), ct), i);
-  Value down = ctx.b.Binary("subtract", end, ctx.b.Binary("multiply", back, step));
-  Value first_half = ctx.b.Compare(Cmp::LT, i, ctx.b.Constant(static_cast<double>(steps / 2), ct));
-  Value r = ctx.b.Select(first_half, up, down);
-  return {ConvertTo(ctx, r, t.elem)};
-}
-
-// logspace.out(start, end, steps, base, out) = base ^ linspace(start, end, steps), computed
-// in double precision for integer results (as the CPU kernel).
-std::vector<Value> LowerLogspace(Ctx& ctx, const Args& a) {
-  const TensorType& t = ctx.out();
-  int64_t steps = a.int_(2);
-  ElemType compute = IsFloat(t.elem) ? AccumulatorType(t.elem) : ElemType::F64;
-  TensorType ct{compute, t.dims};
-  Value start = CastTo(ctx, a.tensor(0), ct), end = CastTo(ctx, a.tensor(1), ct);
-  Value base = ctx.b.Constant(a.double_(3), ct);
-  if (steps <= 1) return {ConvertTo(ctx, ctx.b.Binary("power", base, start), t.elem)};
-  Value step = ctx.b.Binary("divide", ctx.b.Binary("subtract", end, start), ctx.b.Constant(static_cast<double>(steps - 1), ct));
-  Value i = ctx.b.Convert(ctx.b.Iota({ElemType::S64, t.dims}, 0), compute);
-  Value up = ctx.b.Binary("add", start, ctx.b.Binary("multiply", i, step));
-  Value back = ctx.b.Binary("subtract", ctx.b.Constant(static_cast<double>(steps - 1), ct), i);
-  Value down = ctx.b.Binary("subtract", end, ctx.b.Binary("multiply", back, step));
-  Value first_half = ctx.b.Compare(Cmp::LT, i, ctx.b.Constant(static_cast<double>(steps / 2), ct));
-  Value r = ctx.b.Binary("power", base, ctx.b.Select(first_half, up, down));
-  return {ConvertTo(ctx, r, t.elem)};
-}
-
-// triu_indices / tril_indices(row, col, offset): the coordinates (2 x count) of the upper
-// (lower) triangle of a row x col matrix in row-major order.
-template <bool kUpper>
-std::vector<Value> LowerTriIndices(Ctx& ctx, const Args& a) {
-  const TensorType& t = ctx.out();
-  int64_t rows = a.int_(0), cols = a.int_(1), offset = a.int_or(2, 0), count = t.dims[1];
-  if (count == 0) return {ctx.b.Constant(0, t)};
-  TensorType grid{ElemType::S64, {rows, cols}};
-  Value diff = ctx.b.Binary("subtract", ctx.b.Iota(grid, 1), ctx.b.Iota(grid, 0));
-  Value mask = ctx.b.Compare(kUpper ? Cmp::GE : Cmp::LE, diff, ctx.b.ConstantInt(offset, grid));
-  Value flat = ctx.b.Reshape(mask, {rows * cols});
-  Value pos = ctx.b.Select(flat, ExclusiveCount(ctx, flat), ctx.b.ConstantInt(count, {ElemType::S64, {rows * cols}}));
-  std::vector<Value> coords = {ctx.b.Reshape(ctx.b.Iota(grid, 0), {1, rows * cols}), ctx.b.Reshape(ctx.b.Iota(grid, 1), {1, rows * cols})};
-  Value updates = ctx.b.Concatenate(coords, 0);  // [2, n]
-  TensorType scalar{ElemType::S64, {}};
-  std::string region = ctx.b.Region({scalar, scalar}, [](const std::vector<Value>& v) { return std::vector<Value>{v[1]}; });
-  std::string attrs =
-      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [0], inserted_window_dims = [1], "
-      "scatter_dims_to_operand_dims = [1], index_vector_dim = 1>, indices_are_sorted = true, unique_indices = false";
-  Value out = ctx.b.Op1("stablehlo.scatter", {ctx.b.ConstantInt(0, {ElemType::S64, t.dims}), ctx.b.Reshape(pos, {rows * cols, 1}), updates},
-                        {ElemType::S64, t.dims}, attrs, region);
-  return {ConvertTo(ctx, out, t.elem)};
-}
-
 // Graph forms (torch.compile): rand/randn(size) and rand_like/randn_like(self), whose
 // generator state the graph appends as their last argument; eager runs them as empty + fill.
 std::vector<Value> LowerRandFactory(Ctx& ctx, const Args& a) {
@@ -331,28 +246,15 @@ std::vector<Value> LowerRandnFactory(Ctx& ctx, const Args& a) {
   return {ConvertTo(ctx, StandardNormal(ctx, a.tensor(a.size() - 1), t.dims), t.elem)};
 }
 
-// eye: ones on the main diagonal.
-std::vector<Value> LowerEye(Ctx& ctx, const Args&) {
-  const TensorType& t = ctx.out();
-  TensorType idx{ElemType::S64, t.dims};
-  Value diag = ctx.b.Compare(Cmp::EQ, ctx.b.Iota(idx, 0), ctx.b.Iota(idx, 1));
-  return {ConvertTo(ctx, diag, t.elem)};
-}
-
 }  // namespace
 
-TPU_LOWERING("aten::arange.start_out", LowerArange);
 TPU_LOWERING("aten::bernoulli", LowerBernoulliSelf);
 TPU_LOWERING("aten::bernoulli_.Tensor", LowerBernoulliTensor);
 TPU_LOWERING("aten::bernoulli_.float", LowerBernoulliFloat);
 TPU_LOWERING("aten::cauchy_", LowerCauchy);
 TPU_LOWERING("aten::exponential_", LowerExponential);
-TPU_LOWERING("aten::eye.m_out", LowerEye);
-TPU_LOWERING("aten::eye.out", LowerEye);
 TPU_LOWERING("aten::geometric_", LowerGeometric);
-TPU_LOWERING("aten::linspace.out", LowerLinspace);
 TPU_LOWERING("aten::log_normal_", LowerLogNormal);
-TPU_LOWERING("aten::logspace.out", LowerLogspace);
 TPU_LOWERING("aten::multinomial", LowerMultinomial);
 TPU_LOWERING("aten::normal.Tensor_Tensor", LowerNormalTensors);
 TPU_LOWERING("aten::normal.Tensor_float", LowerNormalTensors);
@@ -362,8 +264,6 @@ TPU_LOWERING("aten::random_", LowerRandomDefault);
 TPU_LOWERING("aten::random_.from", LowerRandomFromTo);
 TPU_LOWERING("aten::random_.to", LowerRandomTo);
 TPU_LOWERING("aten::randperm.generator_out", LowerRandperm);
-TPU_LOWERING("aten::tril_indices", LowerTriIndices<false>);
-TPU_LOWERING("aten::triu_indices", LowerTriIndices<true>);
 TPU_LOWERING("aten::uniform_", LowerUniform);
 // Functional and factory forms found in torch.compile graphs.
 TPU_GRAPH_LOWERING("aten::bernoulli.p", LowerBernoulliFloat);

@@ -2,11 +2,10 @@
 // nn.LSTMCell, nn.GRUCell: RNN.cpp computes the gate matmuls, the cell does the rest), and their
 // backward ops. The workspace layouts are CUDA's: LSTM keeps the activated gates (i, f, g, o),
 // GRU keeps (r, z, n, hx, hn). f16/bf16 compute in f32 (rule 10), as CUDA's accscalar_t does.
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 Value Acc(Ctx& ctx, Value v) { return ConvertTo(ctx, v, AccumulatorType(v.type.elem)); }
 
@@ -24,9 +23,7 @@ Value AddBias(Ctx& ctx, Value gates, Value bias) {
 
 Value Sigmoid(Ctx& ctx, Value x) { return ctx.b.Unary("logistic", x); }
 Value Tanh(Ctx& ctx, Value x) { return ctx.b.Unary("tanh", x); }
-Value Mul(Ctx& ctx, Value x, Value y) { return Bin(ctx, "multiply", x, y); }
-Value Sub(Ctx& ctx, Value x, Value y) { return Bin(ctx, "subtract", x, y); }
-Value OneMinus(Ctx& ctx, Value x) { return Sub(ctx, Scalar(ctx, 1, x), x); }
+Value OneMinus(Ctx& ctx, Value x) { return Sub(ctx, Const(ctx, 1, x), x); }
 
 // The gradient of a bias: the gate gradients summed over the batch; an empty placeholder for the
 // undefined result when the cell had no bias.
@@ -58,7 +55,7 @@ std::vector<Value> LowerLstmCellBackward(Ctx& ctx, const Args& a) {
   Value ws = Acc(ctx, a.tensor(4));
   Value i = Chunk(ctx, ws, 4, 0), f = Chunk(ctx, ws, 4, 1), g = Chunk(ctx, ws, 4, 2), o = Chunk(ctx, ws, 4, 3);
   Value cx = ConvertTo(ctx, a.tensor(2), i.type.elem), tanh_cy = Tanh(ctx, ConvertTo(ctx, a.tensor(3), i.type.elem));
-  Value zero = Scalar(ctx, 0, i);
+  Value zero = Const(ctx, 0, i);
   Value ghy = a.is_none(0) ? zero : ConvertTo(ctx, a.tensor(0), i.type.elem);
   Value gcy = a.is_none(1) ? zero : ConvertTo(ctx, a.tensor(1), i.type.elem);
   Value dc = Bin(ctx, "add", Mul(ctx, Mul(ctx, ghy, o), OneMinus(ctx, Mul(ctx, tanh_cy, tanh_cy))), gcy);

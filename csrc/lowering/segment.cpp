@@ -8,7 +8,6 @@
 #include <string>
 
 #include "helpers.h"
-#include "nn_util.h"
 
 namespace tpu::lowering {
 namespace {

@@ -581,10 +581,123 @@ std::vector<Value> LowerIgamma(Ctx& ctx, const Args& a_args) {
   return Done(ctx, Sel(ctx, Or(ctx, IsNan(ctx, a), IsNan(ctx, x)), Add(ctx, a, x), r));
 }
 
+// ---- gamma family and modified Bessel functions of the first kind ----
+
+// i0e(x) = e^-|x| I0(x), which CHLO lacks: the power series sum (x^2/4)^k / k!^2 below
+// |x| = 15, the asymptotic series e^x / sqrt(2 pi x) sum ((2k-1)!!)^2 / (k! (8x)^k) above.
+Value I0e(Ctx& ctx, Value x) {
+  Value ax = Apply(ctx, "stablehlo.abs", x);
+  Value q = Mul(ctx, Mul(ctx, ax, ax), Const(ctx, 0.25, x));
+  Value series = Const(ctx, 1, x);  // Horner: 1 + q/1 (1 + q/4 (1 + q/9 (...)))
+  for (int k = 48; k >= 1; --k)
+    series = Add(ctx, Const(ctx, 1, x), Mul(ctx, series, Mul(ctx, q, Const(ctx, 1.0 / (static_cast<double>(k) * k), x))));
+  Value small = Mul(ctx, series, Apply(ctx, "stablehlo.exponential", Apply(ctx, "stablehlo.negate", ax)));
+  Value big_x = ctx.b.Select(ctx.b.Compare(Cmp::GT, ax, Const(ctx, 15, x)), ax, Const(ctx, 15, x));
+  Value inv8x = Div(ctx, Const(ctx, 0.125, x), big_x);
+  Value asym = Const(ctx, 1, x);
+  for (int k = 12; k >= 1; --k)
+    asym = Add(ctx, Const(ctx, 1, x), Mul(ctx, asym, Mul(ctx, inv8x, Const(ctx, (2.0 * k - 1) * (2.0 * k - 1) / k, x))));
+  asym = Div(ctx, asym, Apply(ctx, "stablehlo.sqrt", Mul(ctx, Const(ctx, 2 * M_PI, x), big_x)));
+  return ctx.b.Select(ctx.b.Compare(Cmp::GT, ax, Const(ctx, 15, x)), asym, small);
+}
+
+std::vector<Value> LowerI0e(Ctx& ctx, const Args& a) { return OpmathResult(ctx, I0e(ctx, OpmathOperand(ctx, a, 0))); }
+
+// Modified Bessel functions from their exponentially scaled forms: i0 = i0e * e^|x|.
+std::vector<Value> LowerI0(Ctx& ctx, const Args& a) {
+  Value x = OpmathOperand(ctx, a, 0);
+  return OpmathResult(ctx, Mul(ctx, I0e(ctx, x), Apply(ctx, "stablehlo.exponential", Apply(ctx, "stablehlo.abs", x))));
+}
+std::vector<Value> LowerI1(Ctx& ctx, const Args& a) {
+  Value x = OpmathOperand(ctx, a, 0);
+  return OpmathResult(ctx, Mul(ctx, Apply(ctx, "chlo.bessel_i1e", x), Apply(ctx, "stablehlo.exponential", Apply(ctx, "stablehlo.abs", x))));
+}
+
+// digamma with PyTorch's poles: +-0 gives -+inf (copysign(inf, -x)), other non-positive
+// integers NaN (CHLO gives NaN at 0).
+Value Digamma(Ctx& ctx, Value x) {
+  Value r = Apply(ctx, "chlo.digamma", x);
+  Value inf = Div(ctx, Const(ctx, -1, x), x);  // -1 / +-0 = -+inf, IEEE's copysign(inf, -x)
+  return ctx.b.Select(ctx.b.Compare(Cmp::EQ, x, Const(ctx, 0, x)), inf, r);
+}
+
+std::vector<Value> LowerDigamma(Ctx& ctx, const Args& a) { return OpmathResult(ctx, Digamma(ctx, OpmathOperand(ctx, a, 0))); }
+
+// True where x is a non-positive integer (the poles of the polygamma functions).
+Value AtPole(Ctx& ctx, Value x) {
+  return And(ctx, ctx.b.Compare(Cmp::LE, x, Const(ctx, 0, x)), ctx.b.Compare(Cmp::EQ, x, Apply(ctx, "stablehlo.floor", x)));
+}
+
+// Hurwitz zeta; CHLO's loses accuracy for q well below 0, so negative q is first shifted up by
+// 16: zeta(s, q) = sum_{i<16} (q + i)^-s + zeta(s, q + 16).
+Value Zeta(Ctx& ctx, Value s, Value q) {
+  Value direct = ctx.b.Op1("chlo.zeta", {s, q}, q.type);
+  Value sum = ctx.b.Op1("chlo.zeta", {s, Add(ctx, q, Const(ctx, 16, q))}, q.type);
+  Value neg_s = Apply(ctx, "stablehlo.negate", s);
+  for (int i = 0; i < 16; ++i) sum = Add(ctx, sum, Apply(ctx, "stablehlo.power", Add(ctx, q, Const(ctx, i, q)), neg_s));
+  return ctx.b.Select(ctx.b.Compare(Cmp::LT, q, Const(ctx, 0, q)), sum, direct);
+}
+
+// polygamma(n, x) = (-1)^(n+1) n! zeta(n+1, x): digamma for n == 0. At the poles PyTorch
+// gives (-1)^(n+1) inf, except trigamma (n == 1), whose reflection formula gives
+// pi^2 / sin^2(pi x) at negative integers and inf at 0.
+Value Polygamma(Ctx& ctx, int64_t n, Value x) {
+  if (n == 0) return Digamma(ctx, x);
+  double factorial = 1;
+  for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
+  Value r = Mul(ctx, Const(ctx, (n % 2 ? 1 : -1) * factorial, x), Zeta(ctx, Const(ctx, n + 1.0, x), x));
+  Value pole = Const(ctx, n % 2 ? INFINITY : -INFINITY, x);
+  if (n == 1) {
+    Value s = Apply(ctx, "stablehlo.sine", Mul(ctx, Const(ctx, M_PI, x), x));
+    Value reflected = Div(ctx, Const(ctx, M_PI * M_PI, x), Mul(ctx, s, s));
+    pole = ctx.b.Select(ctx.b.Compare(Cmp::EQ, x, Const(ctx, 0, x)), pole, reflected);
+  }
+  return ctx.b.Select(AtPole(ctx, x), pole, r);
+}
+
+std::vector<Value> LowerPolygamma(Ctx& ctx, const Args& a) {
+  return OpmathResult(ctx, Polygamma(ctx, a.int_(0), CastTo(ctx, a.tensor(1), OpmathType(ctx.out()))));
+}
+// polygamma_(self, n): the in-place form takes its arguments the other way round.
+std::vector<Value> LowerPolygammaInplace(Ctx& ctx, const Args& a) {
+  return OpmathResult(ctx, Polygamma(ctx, a.int_(1), CastTo(ctx, a.tensor(0), OpmathType(ctx.out()))));
+}
+
+// zeta(x, q): the Hurwitz zeta function with PyTorch's (Cephes') domain: inf at x == 1, NaN
+// for x < 1, inf at non-positive integer q, NaN for negative q with non-integer x.
+std::vector<Value> LowerZeta(Ctx& ctx, const Args& a) {
+  TensorType t = OpmathType(ctx.out());
+  Value x = CastTo(ctx, a.tensor(0), t), q = CastTo(ctx, a.tensor(1), t);
+  Value r = Zeta(ctx, x, q);
+  Value nan = Const(ctx, NAN, x), inf = Const(ctx, INFINITY, x);
+  Value q_neg_frac = And(ctx, ctx.b.Compare(Cmp::LT, q, Const(ctx, 0, q)), ctx.b.Compare(Cmp::NE, x, Apply(ctx, "stablehlo.floor", x)));
+  r = ctx.b.Select(q_neg_frac, nan, r);
+  r = ctx.b.Select(AtPole(ctx, q), inf, r);
+  r = ctx.b.Select(ctx.b.Compare(Cmp::LT, x, Const(ctx, 1, x)), nan, r);
+  r = ctx.b.Select(ctx.b.Compare(Cmp::EQ, x, Const(ctx, 1, x)), inf, r);
+  return OpmathResult(ctx, ctx.b.Select(Or(ctx, IsNan(ctx, x), IsNan(ctx, q)), Add(ctx, x, q), r));
+}
+
+// mvlgamma(x, p) = sum_{i<p} lgamma(x - i/2) + p(p-1)/4 log(pi); every x must exceed (p-1)/2.
+std::vector<Value> LowerMvlgamma(Ctx& ctx, const Args& a) {
+  Value x = OpmathOperand(ctx, a, 0);
+  int64_t p = a.int_(1);
+  ctx.AddCheck(AnyTrue(ctx, Not(ctx, ctx.b.Compare(Cmp::GT, x, Const(ctx, (p - 1) / 2.0, x)))),
+               "mvlgamma: All elements must be greater than (p-1)/2");
+  Value r = Const(ctx, p * (p - 1) / 4.0 * std::log(M_PI), x);
+  for (int64_t i = 0; i < p; ++i) r = Add(ctx, r, Apply(ctx, "chlo.lgamma", Sub(ctx, x, Const(ctx, i / 2.0, x))));
+  return OpmathResult(ctx, r);
+}
+
 }  // namespace
 
+TPU_LOWERING("aten::digamma", LowerDigamma);
+TPU_LOWERING("aten::i0", LowerI0);
 TPU_LOWERING("aten::igamma", LowerIgamma<false>);
 TPU_LOWERING("aten::igammac", LowerIgamma<true>);
+TPU_LOWERING("aten::mvlgamma", LowerMvlgamma);
+TPU_LOWERING("aten::polygamma", LowerPolygamma);
+TPU_LOWERING("aten::polygamma_", LowerPolygammaInplace);
 TPU_LOWERING("aten::special_airy_ai", LowerAiryAi);
 TPU_LOWERING("aten::special_bessel_j0", LowerBesselJ<0>);
 TPU_LOWERING("aten::special_bessel_j1", LowerBesselJ<1>);
@@ -597,9 +710,13 @@ TPU_LOWERING("aten::special_chebyshev_polynomial_w", LowerChebyshev<3>);
 TPU_LOWERING("aten::special_erfcx", LowerErfcx);
 TPU_LOWERING("aten::special_hermite_polynomial_h", LowerHermiteH);
 TPU_LOWERING("aten::special_hermite_polynomial_he", LowerHermiteHe);
+TPU_LOWERING("aten::special_i0e", LowerI0e);
+TPU_LOWERING("aten::special_i1", LowerI1);
 TPU_LOWERING("aten::special_laguerre_polynomial_l", LowerLaguerre);
 TPU_LOWERING("aten::special_legendre_polynomial_p", LowerLegendre);
 TPU_LOWERING("aten::special_log_ndtr", LowerLogNdtr);
+TPU_LOWERING("aten::special_modified_bessel_i0", LowerI0);
+TPU_LOWERING("aten::special_modified_bessel_i1", LowerI1);
 TPU_LOWERING("aten::special_modified_bessel_k0", (LowerBesselK<0, false>));
 TPU_LOWERING("aten::special_modified_bessel_k1", (LowerBesselK<1, false>));
 TPU_LOWERING("aten::special_ndtri", LowerNdtri);
@@ -610,5 +727,6 @@ TPU_LOWERING("aten::special_shifted_chebyshev_polynomial_u", LowerShiftedChebysh
 TPU_LOWERING("aten::special_shifted_chebyshev_polynomial_v", LowerShiftedChebyshev<2>);
 TPU_LOWERING("aten::special_shifted_chebyshev_polynomial_w", LowerShiftedChebyshev<3>);
 TPU_LOWERING("aten::special_spherical_bessel_j0", LowerSphericalJ0);
+TPU_LOWERING("aten::special_zeta", LowerZeta);
 
 }  // namespace tpu::lowering

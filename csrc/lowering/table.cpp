@@ -18,6 +18,11 @@ std::map<std::string, LowerFn>& GraphTable() {
   return table;
 }
 
+std::vector<Registration>& RegistrationLog() {
+  static std::vector<Registration> log;
+  return log;
+}
+
 const char* KindName(Arg::Kind k) {
   switch (k) {
     case Arg::Kind::None: return "None";
@@ -36,14 +41,27 @@ const char* KindName(Arg::Kind k) {
 
 }  // namespace
 
-bool Register(const char* op, LowerFn fn) {
+bool Register(const char* op, LowerFn fn, const char* file, int line) {
   Table()[op] = fn;
+  RegistrationLog().push_back({op, file, line, false});
   return true;
 }
 
-bool RegisterGraphOnly(const char* op, LowerFn fn) {
+bool RegisterGraphOnly(const char* op, LowerFn fn, const char* file, int line) {
   GraphTable()[op] = fn;
+  RegistrationLog().push_back({op, file, line, true});
   return true;
+}
+
+std::vector<Registration> Registrations() { return RegistrationLog(); }
+
+size_t Args::index(std::string_view name) const {
+  if (names_) {
+    for (size_t i = 0; i < names_->size() && i < args_.size(); ++i)
+      if ((*names_)[i] == name) return i;
+  }
+  throw std::invalid_argument("lowering reads argument '" + std::string(name) + "', which " +
+                              (names_ ? "the op does not have" : "the caller did not name"));
 }
 
 LowerFn Find(const std::string& op) {

@@ -8,11 +8,10 @@
 #include <cmath>
 #include <optional>
 
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 Value Acc(Ctx& ctx, Value v) { return ConvertTo(ctx, v, AccumulatorType(v.type.elem)); }
 
@@ -38,7 +37,7 @@ Value MaskedEntries(Ctx& ctx, Value mask, const std::vector<int64_t>& scores, st
 // softmax of `s` along `dim` over the entries `masked` leaves; a fully masked row is NaN, as on
 // the CPU (its maximum is -inf).
 Value MaskedSoftmax(Ctx& ctx, Value s, Value masked, int64_t dim) {
-  if (masked.valid()) s = ctx.b.Select(masked, Scalar(ctx, -INFINITY, s), s);
+  if (masked.valid()) s = ctx.b.Select(masked, Const(ctx, -INFINITY, s), s);
   Value m = ctx.b.Reduce(s, ctx.b.Extreme(false, {s.type.elem, {}}), {dim}, "maximum");
   Value e = ctx.b.Unary("exponential", Bin(ctx, "subtract", s, Unreduce(ctx, m, s.type.dims, {dim})));
   return Bin(ctx, "divide", e, Unreduce(ctx, SumOver(ctx, e, {dim}), s.type.dims, {dim}));
@@ -65,11 +64,11 @@ Value LayerNorm(Ctx& ctx, Value x, Value w, Value b, double eps) {
   int64_t r = x.type.rank(), n = x.type.dims.back();
   auto mean_of = [&](Value v) {
     Value sum = SumOver(ctx, v, {r - 1});
-    return Unreduce(ctx, Bin(ctx, "divide", sum, Scalar(ctx, static_cast<double>(n), sum)), v.type.dims, {r - 1});
+    return Unreduce(ctx, Bin(ctx, "divide", sum, Const(ctx, static_cast<double>(n), sum)), v.type.dims, {r - 1});
   };
   Value centered = Bin(ctx, "subtract", x, mean_of(x));
   Value var = mean_of(Bin(ctx, "multiply", centered, centered));
-  Value y = Bin(ctx, "multiply", centered, ctx.b.Unary("rsqrt", Bin(ctx, "add", var, Scalar(ctx, eps, var))));
+  Value y = Bin(ctx, "multiply", centered, ctx.b.Unary("rsqrt", Bin(ctx, "add", var, Const(ctx, eps, var))));
   auto along_last = [&](Value p) { return ctx.b.BroadcastInDim(ConvertTo(ctx, p, x.type.elem), x.type.dims, {r - 1}); };
   return Bin(ctx, "add", Bin(ctx, "multiply", y, along_last(w)), along_last(b));
 }
@@ -97,7 +96,7 @@ AttentionResult Attend(Ctx& ctx, Value query, Value key, Value value, int64_t he
   Value qkv_w = a.tensor(w0), qkv_b = a.tensor(w0 + 1);
   Value q = Linear(ctx, query, qkv_w, qkv_b, 0, e), k = Linear(ctx, key, qkv_w, qkv_b, e, e);
   Value v = Linear(ctx, value, qkv_w, qkv_b, 2 * e, e);
-  q = Bin(ctx, "multiply", q, Scalar(ctx, 1 / std::sqrt(static_cast<double>(e / heads)), q));
+  q = Bin(ctx, "multiply", q, Const(ctx, 1 / std::sqrt(static_cast<double>(e / heads)), q));
   q = SplitHeads(ctx, q, heads), k = SplitHeads(ctx, k, heads), v = SplitHeads(ctx, v, heads);
   Value s = ctx.b.DotGeneral(q, k, {0, 1}, {0, 1}, {3}, {3}, q.type.elem);
   Value probs = MaskedSoftmax(ctx, s, MaskedEntries(ctx, mask, s.type.dims, mask_type), 3);
@@ -130,7 +129,7 @@ std::vector<Value> LowerNativeMultiHeadAttention(Ctx& ctx, const Args& a) {
     weights = r.probs;
     if (a.bool_(11)) {
       Value sum = SumOver(ctx, weights, {1});
-      weights = Bin(ctx, "divide", sum, Scalar(ctx, static_cast<double>(a.int_(4)), sum));
+      weights = Bin(ctx, "divide", sum, Const(ctx, static_cast<double>(a.int_(4)), sum));
     }
     weights = ConvertTo(ctx, weights, ctx.out(1).elem);
   }
@@ -154,10 +153,10 @@ std::vector<Value> LowerTransformerEncoderLayer(Ctx& ctx, const Args& a) {
   auto feed_forward = [&](Value x) {
     Value h = Linear(ctx, x, a.tensor(14), a.tensor(15));
     if (a.bool_(7))
-      h = Bin(ctx, "multiply", Bin(ctx, "multiply", h, Scalar(ctx, 0.5, h)),
-              ctx.b.Op1("chlo.erfc", {Bin(ctx, "multiply", h, Scalar(ctx, -M_SQRT1_2, h))}, h.type));
+      h = Bin(ctx, "multiply", Bin(ctx, "multiply", h, Const(ctx, 0.5, h)),
+              ctx.b.Op1("chlo.erfc", {Bin(ctx, "multiply", h, Const(ctx, -M_SQRT1_2, h))}, h.type));
     else
-      h = Bin(ctx, "maximum", h, Scalar(ctx, 0, h));
+      h = Bin(ctx, "maximum", h, Const(ctx, 0, h));
     return Linear(ctx, h, a.tensor(16), a.tensor(17));
   };
   Value x;

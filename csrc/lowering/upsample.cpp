@@ -7,11 +7,10 @@
 #include <cmath>
 #include <optional>
 
-#include "nn_util.h"
+#include "helpers.h"
 
 namespace tpu::lowering {
 namespace {
-using namespace nn;
 
 enum class Mode { Nearest, NearestExact, Linear, Cubic, LinearAA, CubicAA };
 

@@ -1,5 +1,5 @@
 // Lowerings that torch.compile graphs need beyond eager's table: views as values
-// (csrc/lowering/view_ops.cpp), copies, factories and x[indices] (graph_ops.cpp), and
+// (csrc/lowering/view_ops.cpp), copies and factories (factories.cpp), x[indices] (indexing.cpp), and
 // convolution (conv.cpp, shared with eager). Each program runs on the plugin and is checked
 // against numbers computed here on the host.
 #include <algorithm>

@@ -47,9 +47,7 @@ TEST(LoweringTable, FindAndList) {
     EXPECT_NE(lowering::Find(op), nullptr) << op;
   EXPECT_EQ(lowering::Find("aten::no_such_op"), nullptr);
   EXPECT_EQ(lowering::Find("aten::add"), nullptr);  // overload names are exact
-  std::vector<std::string> ops = lowering::RegisteredOps();
-  EXPECT_GT(ops.size(), 50u);
-  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+  EXPECT_GT(lowering::RegisteredOps().size(), 50u);
 }
 
 TEST(LoweringArgs, KindMismatchIsAnError) {

@@ -1,0 +1,108 @@
+"""The "tpu" Dynamo backend: AOTAutograd with the decomposition table, each forward, backward
+and inference graph lowered by partition.compile_fx."""
+import os
+import warnings
+
+import torch
+import torch._dynamo
+from torch._dynamo.backends.common import aot_autograd
+
+from .. import _compile_stats as _stats
+from .. import _flex_attention
+from .decompositions import _decompositions
+from .partition import compile_fx
+
+
+_DYNAMIC_MESSAGE = (
+    "torch.compile(backend='tpu') compiles static shapes only: dynamic=True, torch._dynamo.mark_dynamic and "
+    "symbolic shapes are not supported yet. Leave `dynamic` unset (or pass dynamic=False): each new input "
+    "shape then compiles its own program.")
+
+
+def _forward_compiler(gm, example_inputs):
+    return compile_fx(gm, example_inputs, "forward")
+
+
+def _backward_compiler(gm, example_inputs):
+    return compile_fx(gm, example_inputs, "backward")
+
+
+def _inference_compiler(gm, example_inputs):
+    return compile_fx(gm, example_inputs, "inference")
+
+
+_last_compile = [None]
+
+
+def _note_compile():
+    _stats.count("compile_graphs")
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    if compile_id is None or not compile_id.frame_compile_id:
+        return
+    key = (id(torch._guards.CompileContext.try_get()), compile_id.frame_id, compile_id.frame_compile_id)
+    if key == _last_compile[0]:
+        return  # another graph (after a graph break) of the same recompilation
+    _last_compile[0] = key
+    reason = None
+    try:
+        context = torch._dynamo.utils.get_metrics_context()
+        if context.in_progress():
+            reason = context._metrics.get("recompile_reason")
+    except Exception:  # the reason is a private detail of Dynamo; the count is what matters
+        reason = None
+    _stats.count("compile_recompiles")
+    _stats.count_keyed("compile_recompile_reasons", (reason or "unknown").splitlines()[0])
+
+
+def _check_static(gm, example_inputs):
+    if not torch._dynamo.config.assume_static_by_default:
+        raise RuntimeError(_DYNAMIC_MESSAGE)
+    for x in example_inputs:
+        if isinstance(x, (torch.SymInt, torch.SymFloat)) or (
+                isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)):
+            raise RuntimeError(_DYNAMIC_MESSAGE)
+
+
+_aot_backend = None
+
+
+def _partition_fn():
+    """How AOTAutograd splits the joint graph; TORCH_TPU_COMPILE_PARTITION=default|min_cut."""
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+    choice = os.environ.get("TORCH_TPU_COMPILE_PARTITION", "default")
+    return min_cut_rematerialization_partition if choice == "min_cut" else default_partition
+
+
+def backend(gm, example_inputs, **kwargs):
+    """The "tpu" Dynamo backend: AOTAutograd with core ATen decompositions, each forward,
+    backward and inference graph lowered to one program (csrc/aten/compiled_graph.cpp)."""
+    global _aot_backend
+    if kwargs.get("options"):
+        warnings.warn(f"torch.compile(backend='tpu') ignores options {sorted(kwargs['options'])}")
+    _check_static(gm, example_inputs)
+    _note_compile()
+    gm = _flex_attention.inline(gm)  # a higher-order op: its dense math, for AOTAutograd to trace
+    if _aot_backend is None:
+        _aot_backend = aot_autograd(
+            fw_compiler=_forward_compiler,
+            bw_compiler=_backward_compiler,
+            inference_compiler=_inference_compiler,
+            decompositions=_decompositions(),
+            keep_inference_input_mutations=True,
+            partition_fn=_partition_fn(),
+        )
+    return _aot_backend(gm, example_inputs)
+
+
+# Static shapes by default: without this, Dynamo's automatic dynamic shapes would turn the
+# second shape a function sees into a symbolic graph, which this backend refuses. As with
+# torch.compile(dynamic=False), each new shape is then a recompilation with its own program.
+torch._dynamo.config.automatic_dynamic_shapes = False
+
+# `torch.compile(backend="tpu")` finds this module through the `torch_dynamo_backends` entry
+# point; when it is imported directly first, register the name here.
+from torch._dynamo.backends import registry as _registry  # noqa: E402
+
+if "tpu" not in _registry._BACKENDS:
+    _registry.register_backend(compiler_fn=backend, name="tpu")

@@ -1,0 +1,60 @@
+"""The decomposition table AOTAutograd uses: core ATen decompositions, some composites core
+ATen keeps, and foreach ops without a lowering as loops over their elements."""
+import torch
+from torch._decomp import core_aten_decompositions
+
+from .. import _C
+
+
+def _lowered():
+    return set(_C._lowered_ops()) | set(_C._graph_only_ops())
+
+
+def _foreach_decomposition(op):
+    """_foreach_X(lists...) = [X(elements i...) for each i], for foreach ops without a lowering."""
+    base = getattr(torch.ops.aten, op._schema.name.split("::")[1][len("_foreach_"):])
+    arguments = op._schema.arguments
+
+    def decompose(*args, **kwargs):
+        values = [args[i] if i < len(args) else kwargs.get(a.name, a.default_value) for i, a in enumerate(arguments)]
+        lists = [i for i, a in enumerate(arguments) if isinstance(a.type, torch._C.ListType)]
+        n = len(values[lists[0]])
+        return [base(*[values[j][i] if j in lists else values[j] for j in range(len(values))]) for i in range(n)]
+
+    return decompose
+
+
+# Composites that core ATen keeps but that decompose into ops with lowerings.
+_EXTRA_DECOMPOSITIONS = [
+    "_native_batch_norm_legit_functional.default", "_native_batch_norm_legit.default",
+    "_native_batch_norm_legit.no_stats", "_native_batch_norm_legit_no_training.default", "native_batch_norm.default",
+    "native_batch_norm_backward.default", "max_pool2d_with_indices.default", "max_pool2d_with_indices_backward.default",
+]
+
+
+def _decompositions():
+    from torch._decomp import get_decompositions
+
+    table = dict(core_aten_decompositions())
+    lowered = _lowered()
+    extra = []
+    for name in _EXTRA_DECOMPOSITIONS:
+        packet, overload = name.split(".")
+        if f"aten::{packet}" + ("" if overload == "default" else f".{overload}") not in lowered:
+            extra.append(getattr(getattr(torch.ops.aten, packet), overload))
+    table.update(get_decompositions(extra))
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::_foreach_") or name.endswith("_") or ".out" in name or "_." in name:
+            continue
+        if name in lowered:
+            continue
+        packet_name, _, overload = name[len("aten::"):].partition(".")
+        base = packet_name[len("_foreach_"):]
+        packet = getattr(torch.ops.aten, packet_name, None)
+        if packet is None or not hasattr(torch.ops.aten, base):
+            continue
+        op = getattr(packet, overload or "default", None)
+        if op is None or not any(isinstance(a.type, torch._C.ListType) for a in op._schema.arguments):
+            continue
+        table[op] = _foreach_decomposition(op)
+    return table

@@ -1,0 +1,386 @@
+"""Describing an FX graph of ATen ops as the tuple csrc/aten/compiled_graph.cpp lowers:
+inputs, nodes (op, arguments, result types) and outputs. Each argument is encoded by the role
+the C++ argument model gives it (_C._op_arguments); the kinds of the encoding are named by the
+C++ side (_C._arg_kinds), not mirrored here."""
+import functools
+import operator
+
+import torch
+import torch.fx
+
+from .. import _C
+
+
+class _Unsupported(Exception):
+    """A node (or graph) the compiled program cannot contain; it runs eagerly instead."""
+
+
+class _HostWork(_Unsupported):
+    """A node that works on CPU tensors or host values: it stays on the CPU, as in eager."""
+
+
+class _CpuOperand(_HostWork):
+    """A node reading a 0-d CPU tensor that another node computes: it can join a compiled
+    piece of the graph, which then takes that tensor as a run-time scalar input."""
+
+
+# Kinds of nodes left out of a program (the second item of each `bad` entry).
+_SOFT, _HOST, _HARD = "soft", "host", "hard"
+
+
+# Argument kinds of the description, as csrc/aten/compiled_graph.cpp names them.
+_KIND = _C._arg_kinds()
+# Output kinds: a value of the program, an input returned as is, or None.
+_OUT_VALUE, _OUT_INPUT, _OUT_NONE = range(3)
+
+
+@functools.lru_cache(maxsize=None)
+def _roles(op):
+    """(names, roles) of `op`'s arguments from the C++ argument model (csrc/aten/arguments.h)."""
+    found = _C._op_arguments(op)
+    return found if found is not None else ((), ())
+
+def _op_name(target):
+    if not isinstance(target, torch._ops.OpOverload):
+        raise _Unsupported(f"not an ATen op: {getattr(target, '__name__', target)}")
+    schema = target._schema
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _static(shape):
+    if any(isinstance(s, torch.SymInt) for s in shape):
+        raise _Unsupported("symbolic shape")
+    return [int(s) for s in shape]
+
+
+def _tensor_type(val):
+    """(dtype, sizes, strides) of a tpu FakeTensor; None for an absent (None) result."""
+    if val is None:
+        return None
+    if not isinstance(val, torch.Tensor):
+        raise _HostWork(f"a result that is not a tensor ({type(val).__name__})")
+    if val.device.type != "tpu":
+        raise _HostWork(f"a result on {val.device}")
+    if val.layout != torch.strided:
+        raise _Unsupported(f"layout {val.layout}")
+    return (val.dtype, _static(val.shape), _static(val.stride()))
+
+
+def _element_type(val):
+    """_tensor_type of one result of a multi-result op; ints there (sizes the op reports) are
+    not values of the program."""
+    if isinstance(val, (int, float, bool, torch.SymInt)):
+        return None
+    return _tensor_type(val)
+
+
+def _is_cpu_scalar(val):
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() == 0
+
+
+def _hosted_type(val):
+    return None if val is None else (val.dtype, [], [])
+
+
+def _consumers(node):
+    """Users of `node`, looking through getitem."""
+    for user in node.users:
+        if user.target is operator.getitem:
+            yield from _consumers(user)
+        else:
+            yield user
+
+
+def _is_dense(sizes, strides):
+    """Non-overlapping and dense in some dim order (compiled_graph.cpp lays such results out as is)."""
+    expected = 1
+    for size, stride in sorted(zip(sizes, strides), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _input_type(val):
+    """Like _tensor_type for a graph input; a 0-d CPU tensor becomes a run-time scalar."""
+    if isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() == 0:
+        return (val.dtype, [], [], True)
+    return _tensor_type(val)
+
+
+def _fetch_attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _node_val(node):
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+class _Describer:
+    """Turns an FX graph of ATen ops into the tuple csrc/aten/compiled_graph.cpp reads."""
+
+    def __init__(self, gm, eager_cpu=frozenset(), piece=False):
+        self.gm = gm
+        # 0-d CPU results (optimizer step counts, ...) are computed on the device when all their
+        # consumers are in the program; `eager_cpu` lists the nodes that must stay on the CPU.
+        self.eager_cpu = eager_cpu
+        self.piece = piece  # a piece of a partitioned graph: its outputs stay internal
+        self.hosted = set()
+        self.ids = {}  # node -> value id, or list of ids for multi-result nodes
+        self.valid = set()  # value ids that are tpu tensors
+        self.inputs, self.nodes, self.order, self.placeholders = [], [], [], []
+        self.constants = []  # tensors of get_attr nodes, passed after the placeholders
+        self.views = []
+        self.bad = {}  # node -> (reason, kind)
+        self.cpu_values = set()  # value ids of 0-d CPU tensors computed by nodes
+        self.copy_targets = {}  # copy_ node -> placeholder index it writes
+        self.next_id = 0
+
+    def tensor_id(self, node):
+        vid = self.ids.get(node)
+        if vid in self.cpu_values:
+            raise _CpuOperand(f"operand '{node.name}' is a CPU scalar computed in the graph")
+        if not isinstance(vid, int) or vid not in self.valid:
+            raise _HostWork(f"operand '{node.name}' is not a tpu tensor in this graph")
+        return vid
+
+    def encode(self, role, jit_type, v):
+        """(kind, payload) of one argument; `role` is the C++ argument model's."""
+        t = jit_type.getElementType() if isinstance(jit_type, torch._C.OptionalType) else jit_type
+        if role in ("generator", "implicit_rng"):
+            # The program draws from the device's default generator at each run, as eager does.
+            if v is not None:
+                raise _Unsupported("an explicit torch.Generator argument")
+            return (_KIND["generator"],)
+        if v is None:
+            return (_KIND["none"],)
+        if isinstance(v, torch.fx.Node):
+            if role in ("tensor", "inplace"):
+                return (_KIND["tensor"], self.tensor_id(v))
+            raise _Unsupported(f"a symbolic {t} argument (dynamic shapes)")
+        if role == "tensor" and isinstance(v, (bool, int, float)):
+            return (_KIND["scalar"], v)  # a Python number where a Tensor goes: a wrapped number, as in eager
+        if role == "scalar":
+            if not isinstance(v, (bool, int, float, complex)):
+                raise _Unsupported(f"Scalar argument of type {type(v).__name__}")
+            return (_KIND["scalar"], v)
+        if role == "tensors":
+            return (_KIND["tensors"], [-1 if x is None else self.tensor_id(x) for x in v])
+        if role == "scalars":
+            return (_KIND["scalars"], list(v))
+        return self.encode_static(t, v)
+
+    def encode_static(self, t, v):
+        """A static argument: part of the program, converted by its schema type."""
+        if isinstance(v, torch.dtype):
+            return (_KIND["dtype"], v)
+        if isinstance(v, torch.layout):
+            return (_KIND["layout"], v)
+        if isinstance(v, torch.memory_format):
+            return (_KIND["memory_format"], v)
+        if isinstance(v, torch.device) or isinstance(t, torch._C.DeviceObjType):
+            return (_KIND["none"],)
+        if isinstance(t, (torch._C.IntType, torch._C.SymIntType)):
+            return (_KIND["int"], int(v))
+        if isinstance(t, torch._C.FloatType):
+            return (_KIND["double"], float(v))
+        if isinstance(t, torch._C.BoolType):
+            return (_KIND["bool"], bool(v))
+        if isinstance(t, torch._C.StringType):
+            return (_KIND["str"], str(v))
+        if isinstance(t, torch._C.ListType):
+            if any(isinstance(x, torch.fx.Node) for x in v):
+                raise _Unsupported("a symbolic list argument (dynamic shapes)")
+            e = t.getElementType()
+            e = e.getElementType() if isinstance(e, torch._C.OptionalType) else e
+            if isinstance(e, (torch._C.IntType, torch._C.SymIntType)):
+                return (_KIND["ints"], [int(x) for x in v])
+            if isinstance(e, torch._C.FloatType):
+                return (_KIND["doubles"], [float(x) for x in v])
+            if isinstance(e, torch._C.BoolType):
+                return (_KIND["bools"], [bool(x) for x in v])
+        raise _Unsupported(f"an argument of type {t}")
+
+    def encode_args(self, node):
+        schema = node.target._schema
+        _, roles = _roles(_op_name(node.target))
+        if len(roles) < len(schema.arguments):
+            raise _Unsupported("an op the dispatcher does not know")
+        out = []
+        for i, a in enumerate(schema.arguments):
+            if roles[i] == "out":
+                raise _Unsupported("an out= op")
+            if roles[i] == "inplace" and node.target is not torch.ops.aten.copy_.default:
+                raise _Unsupported("an op that mutates its operand")
+            if i < len(node.args) and not a.kwarg_only:
+                v = node.args[i]
+            elif a.name in node.kwargs:
+                v = node.kwargs[a.name]
+            elif a.has_default_value():
+                v = a.default_value
+            else:
+                v = None
+            out.append(self.encode(roles[i], a.type, v))
+        # Random ops without a Generator argument (native_dropout, rand_like, ...) draw from
+        # the default generator: the argument model gives them a trailing implicit RNG state.
+        out.extend(self.encode(r, None, None) for r in roles[len(schema.arguments):])
+        return out
+
+    def add_values(self, node, types, multi):
+        first = self.next_id
+        self.next_id += len(types)
+        for k, t in enumerate(types):
+            if t is not None:
+                self.valid.add(first + k)
+        self.ids[node] = list(range(first, first + len(types))) if multi else first
+
+    def call(self, node):
+        if node.target is operator.getitem:
+            src, index = node.args
+            ids = self.ids.get(src)
+            self.ids[node] = ids[index] if isinstance(ids, list) and isinstance(index, int) else None
+            return
+        val = _node_val(node)
+        multi = isinstance(val, (tuple, list))
+        hosted = self.hostable(node, val if multi else [val])
+        try:
+            op = _op_name(node.target)
+            types = [_hosted_type(v) if hosted else _element_type(v) if multi else _tensor_type(v)
+                     for v in (val if multi else [val])]
+            if node.target is torch.ops.aten.copy_.default:
+                target = node.args[0]
+                if target.op != "placeholder":
+                    raise _Unsupported("copy_ into a value that is not a graph input")
+                self.copy_targets[node] = self.placeholders.index(target)
+                if self.inputs[self.copy_targets[node]] is None or len(self.inputs[self.copy_targets[node]]) > 3:
+                    raise _HostWork("copy_ into a CPU tensor")
+            args = self.encode_args(node)
+        except _Unsupported as e:
+            kind = _SOFT if isinstance(e, _CpuOperand) else _HOST if isinstance(e, _HostWork) else _HARD
+            self.bad[node] = (str(e), kind)
+            op, args = "<eager>", []
+            types = []
+            for v in (val if multi else [val]):
+                try:
+                    types.append(_tensor_type(v))
+                except _Unsupported:
+                    types.append(None)
+        self.nodes.append((node.name, op, args, types))
+        self.order.append(node)
+        self.add_values(node, types, multi)
+        ids = self.ids[node] if multi else [self.ids[node]]
+        if hosted and node not in self.bad:
+            self.hosted.add(node)
+            return
+        for vid, v in zip(ids, val if multi else [val]):
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.dim() == 0:
+                self.cpu_values.add(vid)
+
+    def hostable(self, node, vals):
+        if node in self.eager_cpu or not any(_is_cpu_scalar(v) for v in vals):
+            return False
+        if not all(v is None or _is_cpu_scalar(v) for v in vals):
+            return False
+        for user in _consumers(node):
+            if user.op == "output" and not self.piece:
+                return False
+            if user.target is torch.ops.aten.copy_.default:
+                return False
+        return True
+
+    def view_chain(self, node, computed):
+        """The view ops from an input or a computed output to `node`, or None when `node` is not
+        such a view. The program leaves those outputs out; they are replayed as views after it
+        runs, so that they alias what they alias in eager (and cost no device copy)."""
+        chain = []
+        while (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+               and node.args and isinstance(node.args[0], torch.fx.Node)
+               and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))):
+            chain.append(node)
+            node = node.args[0]
+            if node in computed:
+                return node, chain[::-1]
+            if node.op == "placeholder":
+                index = self.placeholders.index(node)
+                mutated = index in self.copy_targets.values()
+                t = self.inputs[index]
+                # Only a dense input is sure to have its FX strides at run time (compiled_graph.cpp lays
+                # out non-dense results contiguously), which the replayed views rely on.
+                if t is not None and len(t) == 3 and _is_dense(t[1], t[2]) and not mutated:
+                    return node, chain[::-1]
+                return None
+        return None
+
+    def outputs(self, out_arg):
+        items = list(out_arg) if isinstance(out_arg, (tuple, list)) else [out_arg]
+        # Outputs computed by the program whose layout is exactly their FX layout (dense, from
+        # offset 0): views of them can be replayed on the program's result.
+        computed = {}
+        for position, x in enumerate(items):
+            if not isinstance(x, torch.fx.Node) or x.op != "call_function" or x in self.copy_targets:
+                continue
+            if isinstance(x.target, torch._ops.OpOverload) and x.target.is_view:
+                continue
+            val = _node_val(x)
+            if isinstance(val, torch.Tensor) and val.storage_offset() == 0 and _is_dense(val.shape, val.stride()):
+                computed.setdefault(x, position)
+        encoded = []
+        self.views = []  # (output position, ("input" | "output", index), view nodes)
+        for position, x in enumerate(items):
+            found = self.view_chain(x, computed) if isinstance(x, torch.fx.Node) and x not in computed else None
+            if found is not None:
+                base, chain = found
+                source = ("output", computed[base]) if base in computed else ("input", self.placeholders.index(base))
+                self.views.append((position, source, chain))
+                encoded.append((_OUT_NONE, 0))
+            elif x is None:
+                encoded.append((_OUT_NONE, 0))
+            elif not isinstance(x, torch.fx.Node):
+                raise _Unsupported(f"a graph output that is not a tensor ({type(x).__name__})")
+            elif x.op in ("placeholder", "get_attr") and x in self.placeholders:
+                encoded.append((_OUT_INPUT, self.placeholders.index(x)))
+            elif x in self.copy_targets:
+                encoded.append((_OUT_INPUT, self.copy_targets[x]))
+            else:
+                encoded.append((_OUT_VALUE, self.tensor_id(x)))
+        return encoded
+
+    def describe(self, name):
+        out_arg = None
+        # Inputs take the first value ids (a fused piece may list its placeholders late).
+        for node in self.gm.graph.find_nodes(op="placeholder"):
+            self.placeholders.append(node)
+            val = _node_val(node)
+            try:
+                t = _input_type(val) if isinstance(val, torch.Tensor) else None
+            except _Unsupported:
+                t = None
+            self.inputs.append(t)
+            self.add_values(node, [t], False)
+        for node in self.gm.graph.find_nodes(op="get_attr"):
+            val = _fetch_attr(self.gm, node.target)
+            if not isinstance(val, torch.Tensor):
+                continue
+            try:
+                t = _input_type(val)
+            except _Unsupported:
+                continue
+            self.placeholders.append(node)
+            self.constants.append(val)
+            self.inputs.append(t)
+            self.add_values(node, [t], False)
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder" or node in self.ids:
+                continue
+            if node.op == "call_function":
+                self.call(node)
+            elif node.op == "output":
+                out_arg = node.args[0]
+            else:  # get_attr (constants, subgraphs), call_module: not values of a program
+                self.ids[node] = None
+                for user in node.users:
+                    self.bad.setdefault(user, (f"uses '{node.name}' ({node.op})", _HARD))
+        return (name, self.inputs, self.nodes, self.outputs(out_arg) if not self.bad else [])

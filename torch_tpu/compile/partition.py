@@ -1,0 +1,186 @@
+"""Lowering an FX graph: the whole graph as one program when every node lowers, otherwise
+the lowerable pieces as programs between nodes that run eagerly."""
+import operator
+import os
+import threading
+import warnings
+
+import torch
+import torch.fx
+
+from .. import _C
+from .. import _compile_stats as _stats
+from .describe import _HARD, _SOFT, _Describer, _Unsupported, _consumers, _op_name
+
+
+class _Program:
+    """A lowered FX graph: runs the compiled program on the graph's inputs (a boxed call:
+    one list of tensors), returning its outputs."""
+
+    def __init__(self, graph, gm, name, single_output, constants=(), views=()):
+        self.graph, self.gm, self.name, self.single = graph, gm, name, single_output
+        self.constants = list(constants)
+        # Outputs that are views: (position, (source kind, index), [(view op, args, kwargs)...])
+        self.views = [(pos, src, [(n.target, n.args[1:], n.kwargs) for n in chain]) for pos, src, chain in views]
+        self._boxed_call = True  # on the instance: wrappers copy the instance's __dict__
+        self._warned = False
+
+    def __call__(self, args):
+        inputs = args + self.constants if self.constants else args
+        try:
+            out = self.graph.run(inputs)
+        except _C.GraphNotLowerable as e:
+            _stats.count("compile_eager_graph_calls")
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"torch_tpu: compiled graph {self.name} runs eagerly for these inputs: {e}")
+            out = self.gm(*args)
+            return out
+        for position, (kind, index), chain in self.views:
+            t = inputs[index] if kind == "input" else out[index]
+            for op, op_args, op_kwargs in chain:
+                t = op(t, *op_args, **op_kwargs)
+            out[position] = t
+        return out[0] if self.single else tuple(out)
+
+
+class _Piece(torch.nn.Module):
+    """A compiled piece of a partitioned graph, called from the parent GraphModule."""
+
+    def __init__(self, program):
+        super().__init__()
+        self.program = program
+
+    def forward(self, *args):
+        return self.program(list(args))
+
+
+_name_lock = threading.Lock()
+_name_counter = [0]
+
+
+def _fresh_name(kind):
+    with _name_lock:
+        _name_counter[0] += 1
+        return f"{kind}_{_name_counter[0]}"
+
+
+def _analyze(gm, name, piece):
+    """Describes `gm` and checks every node's lowering. Returns (describer, graph, bad) where
+    bad maps nodes that cannot be in the program to (reason, kind)."""
+    eager_cpu = set()
+    while True:
+        d = _Describer(gm, frozenset(eager_cpu), piece)
+        try:
+            desc = d.describe(name)
+        except _Unsupported as e:
+            return d, None, {None: (str(e), _HARD)}
+        graph = _C._Graph(desc)
+        bad = {}
+        for index, reason in graph.check():
+            if index < 0:
+                return d, None, {None: (f"input {-1 - index}: {reason}", _HARD)}
+            bad[d.order[index]] = (reason, _HARD)
+        bad.update(d.bad)
+        # A CPU scalar computed on the device must not feed a node that runs eagerly.
+        demote = {n for n in d.hosted if any(u in bad and bad[u][1] != _SOFT for u in _consumers(n))}
+        if not demote:
+            return d, graph, bad
+        eager_cpu |= demote
+
+
+def _lower_whole(gm, name, piece=False):
+    """A _Program for `gm`, or (None, {node: (reason, kind)}) naming the nodes that cannot be lowered."""
+    d, graph, bad = _analyze(gm, name, piece)
+    if bad:
+        return None, bad
+    out_arg = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+    _stats.count("compile_programs")
+    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views), {}
+
+
+def _is_view_like(node):
+    return node.target is operator.getitem or (
+        isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
+
+
+_warned_ops = set()
+
+
+def _strict():
+    value = os.environ.get("TORCH_TPU_STRICT", "")
+    return bool(value) and value != "0"
+
+
+def _leave_eager(node, reason, kind):
+    """Counts (and warns once per op about) a node that runs eagerly; errors under TORCH_TPU_STRICT=1."""
+    op = _op_name(node.target) if node is not None and isinstance(node.target, torch._ops.OpOverload) else (
+        "graph" if node is None else str(node.target))
+    first_line = reason.splitlines()[0] if reason else ""
+    where = "the whole graph" if node is None else f"node '{node.name}' ({op})"
+    if kind == _HARD and _strict():
+        raise RuntimeError(f"tpu: torch.compile: {where} cannot be lowered: {reason}\n"
+                           "TORCH_TPU_STRICT=1 forbids running it eagerly.")
+    _stats.count_keyed("compile_eager_nodes_by_op", f"{op}: {first_line[:120]}")
+    if kind == _HARD and op not in _warned_ops:
+        _warned_ops.add(op)
+        warnings.warn(f"torch_tpu: torch.compile: {where} runs eagerly: {first_line}")
+
+
+def _partition(gm, bad, name):
+    """Compiles the lowerable regions of `gm` into programs; the other nodes run eagerly."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    if None in bad:
+        _leave_eager(None, *bad[None])
+        return None
+    ok = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node in bad and bad[node][1] != _SOFT:
+            _leave_eager(node, *bad[node])
+            continue
+        if node.target is operator.getitem and node.args[0] not in ok:
+            continue
+        ok.add(node)
+
+    class _Support(OperatorSupport):
+        def is_node_supported(self, submodules, node):
+            return node in ok
+
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+    # Pieces of views alone stay eager: there a view is metadata, in a program a copy.
+    partitions = [p for p in partitioner.propose_partitions() if not all(_is_view_like(n) for n in p.nodes)]
+    fused = partitioner.fuse_partitions(partitions, prefix="tpu_piece_")
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module" or not str(node.target).startswith("tpu_piece_"):
+            continue
+        sub = fused.get_submodule(node.target)
+        program, _ = _lower_whole(sub, f"{name}_{node.target}", piece=True)
+        if program is not None:
+            setattr(fused, node.target, _Piece(program))
+    fused.recompile()
+    _stats.count("compile_partitioned_graphs")
+    return fused
+
+
+def _boxed(fn):
+    def run(args):
+        return fn(*args)
+
+    run._boxed_call = True
+    return run
+
+
+def compile_fx(gm, example_inputs=None, kind="graph"):
+    """Lowers one AOTAutograd graph of ATen ops; returns a boxed callable."""
+    name = _fresh_name(kind)
+    if not any(n.op == "call_function" for n in gm.graph.nodes):
+        return _boxed(gm)
+    program, bad = _lower_whole(gm, name)
+    if program is not None:
+        return program
+    fused = _partition(gm, bad, name)
+    return _boxed(fused if fused is not None else gm)
