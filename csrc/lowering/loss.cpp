@@ -1,10 +1,12 @@
-// Losses over class scores with integer targets: multi-class and multi-label margin losses,
-// and CTC (connectionist temporal classification). Sums accumulate in f32 for half types;
-// targets out of range raise through device checks, as the CPU kernels raise.
+// Losses over class scores with integer targets: negative log-likelihood (nll_loss, nll_loss2d),
+// multi-class and multi-label margin losses, and CTC (connectionist temporal classification).
+// Sums accumulate in f32 for half types; targets out of range raise through device checks, as
+// the CPU kernels raise.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 
 #include "helpers.h"
 
@@ -385,6 +387,105 @@ std::vector<Value> LowerCtcLossBackward(Ctx& ctx, const Args& a) {
   return {ctx.b.Reshape(ConvertTo(ctx, d, ctx.out().elem), ctx.out().dims)};
 }
 
+// Shared by nll_loss forward and backward: a [N, C] one-hot of the targets and the
+// per-sample weights (0 where target == ignore_index).
+struct NllPieces {
+  Value onehot;   // pred [N, C]
+  Value weights;  // acc [N]
+};
+NllPieces Nll(Ctx& ctx, Value target, Value weight, int64_t ignore_index, int64_t n, int64_t c, ElemType acc) {
+  target = ctx.b.Reshape(ConvertTo(ctx, target, ElemType::S64), {n});
+  TensorType nc{ElemType::S64, {n, c}};
+  Value onehot = ctx.b.Compare(Cmp::EQ, ctx.b.Iota(nc, 1), ctx.b.BroadcastInDim(target, {n, c}, {0}));
+  Value w;
+  if (weight.valid()) {
+    Value wb = ctx.b.BroadcastInDim(ConvertTo(ctx, weight, acc), {n, c}, {1});
+    w = SumOver(ctx, ctx.b.Select(onehot, wb, ctx.b.Constant(0, {acc, {n, c}})), {1});
+  } else {
+    w = ctx.b.Constant(1, {acc, {n}});
+  }
+  Value valid = ctx.b.Compare(Cmp::NE, target, ctx.b.ConstantInt(ignore_index, {ElemType::S64, {n}}));
+  w = ctx.b.Select(valid, w, ctx.b.Constant(0, {acc, {n}}));
+  // A target outside [0, C) that is not ignore_index raises, as on the CPU (the one-hot
+  // would drop it: a silent zero loss and gradient row).
+  if (n > 0) {
+    TensorType pred{ElemType::Pred, {n}};
+    Value out_of_range = ctx.b.Op1("stablehlo.or",
+                                   {ctx.b.Compare(Cmp::LT, target, ctx.b.ConstantInt(0, {ElemType::S64, {n}})),
+                                    ctx.b.Compare(Cmp::GE, target, ctx.b.ConstantInt(c, {ElemType::S64, {n}}))},
+                                   pred);
+    Value bad = ctx.b.Op1("stablehlo.and", {valid, out_of_range}, pred);
+    ctx.AddCheck(ctx.b.Reduce(bad, ctx.b.Constant(0, {ElemType::Pred, {}}), {0}, "or"),
+                 "Target is out of bounds (a class index outside [0, " + std::to_string(c) + "))");
+  }
+  return {onehot, w};
+}
+
+// The class dim of an nll input: 0 for [C], else 1 ([N, C] or nll_loss2d's [N, C, H, W]).
+int64_t ClassDim(const Value& x) { return x.type.rank() == 1 ? 0 : 1; }
+
+// The permutation that moves the class dim last: [N, C, H, W] -> [N, H, W, C].
+std::vector<int64_t> ClassesLast(int64_t rank) {
+  std::vector<int64_t> perm = {0};
+  for (int64_t i = 2; i < rank; ++i) perm.push_back(i);
+  if (rank > 1) perm.push_back(1);
+  return perm;
+}
+
+// x as [samples, classes]: every position of a spatial input is one sample.
+Value AsSamples(Ctx& ctx, Value x) {
+  if (x.type.rank() > 2) x = ctx.b.Transpose(x, ClassesLast(x.type.rank()));
+  int64_t c = x.type.dims.back();
+  return ctx.b.Reshape(x, {x.type.numel() / c, c});
+}
+
+// nll_loss_forward / nll_loss2d_forward(x, target, weight?, reduction, ignore_index)
+//   -> (output, total_weight)
+std::vector<Value> LowerNllLoss(Ctx& ctx, const Args& a) {
+  ElemType acc = AccumulatorType(ctx.out().elem);
+  Value x = AsSamples(ctx, ConvertTo(ctx, a.tensor(0), acc));
+  int64_t n = x.type.dims[0], c = x.type.dims[1];
+  NllPieces p = Nll(ctx, a.tensor(1), a.optional_tensor(2), a.int_(4), n, c, acc);
+  Value picked = SumOver(ctx, ctx.b.Select(p.onehot, x, ctx.b.Constant(0, x.type)), {1});
+  Value loss = ctx.b.Unary("negate", Bin(ctx, "multiply", picked, p.weights));
+  Value total = SumOver(ctx, p.weights, {0});
+  int64_t reduction = a.int_(3);
+  Value out;
+  if (reduction == kNone) out = loss;
+  else if (reduction == kSum) out = SumOver(ctx, loss, {0});
+  else out = Bin(ctx, "divide", SumOver(ctx, loss, {0}), total);
+  return {ctx.b.Reshape(ConvertTo(ctx, out, ctx.out(0).elem), ctx.out(0).dims),
+          ctx.b.Reshape(ConvertTo(ctx, total, ctx.out(1).elem), ctx.out(1).dims)};
+}
+
+// nll_loss_backward / nll_loss2d_backward(g, x, target, weight?, reduction, ignore_index, total_weight)
+std::vector<Value> LowerNllLossBackward(Ctx& ctx, const Args& a) {
+  Value x = a.tensor(1);
+  ElemType acc = AccumulatorType(ctx.out().elem);
+  int64_t c = x.type.dims[ClassDim(x)], n = x.type.numel() / c;
+  NllPieces p = Nll(ctx, a.tensor(2), a.optional_tensor(3), a.int_(5), n, c, acc);
+  Value g = ConvertTo(ctx, a.tensor(0), acc);
+  int64_t reduction = a.int_(4);
+  Value per_sample;
+  if (reduction == kNone) {
+    per_sample = ctx.b.Reshape(g, {n});
+  } else {
+    Value scalar = ctx.b.Reshape(g, {});
+    if (reduction == kMean) scalar = Bin(ctx, "divide", scalar, ctx.b.Reshape(ConvertTo(ctx, a.tensor(6), acc), {}));
+    per_sample = ctx.b.BroadcastInDim(scalar, {n}, {});
+  }
+  Value coef = ctx.b.Unary("negate", Bin(ctx, "multiply", per_sample, p.weights));
+  Value grad = ctx.b.Select(p.onehot, ctx.b.BroadcastInDim(coef, {n, c}, {0}), ctx.b.Constant(0, {acc, {n, c}}));
+  grad = ConvertTo(ctx, grad, ctx.out().elem);
+  if (x.type.rank() <= 2) return {ctx.b.Reshape(grad, ctx.out().dims)};
+  // Back from [samples, C] to [N, H, W, C], then to [N, C, H, W].
+  std::vector<int64_t> perm = ClassesLast(x.type.rank()), last_dims, inverse(perm.size());
+  for (int64_t d : perm) last_dims.push_back(x.type.dims[d]);
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return {ctx.b.Transpose(ctx.b.Reshape(grad, last_dims), inverse)};
+}
+
+
 }  // namespace
 
 TPU_LOWERING("aten::_ctc_loss", LowerCtcLoss);
@@ -393,5 +494,9 @@ TPU_LOWERING("aten::multi_margin_loss", LowerMultiMarginLoss);
 TPU_LOWERING("aten::multi_margin_loss_backward", LowerMultiMarginLossBackward);
 TPU_LOWERING("aten::multilabel_margin_loss_backward", LowerMultiLabelMarginLossBackward);
 TPU_LOWERING("aten::multilabel_margin_loss_forward", LowerMultiLabelMarginLoss);
+TPU_LOWERING("aten::nll_loss2d_backward", LowerNllLossBackward);
+TPU_LOWERING("aten::nll_loss2d_forward", LowerNllLoss);
+TPU_LOWERING("aten::nll_loss_backward", LowerNllLossBackward);
+TPU_LOWERING("aten::nll_loss_forward", LowerNllLoss);
 
 }  // namespace tpu::lowering
