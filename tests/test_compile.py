@@ -318,6 +318,25 @@ def test_non_contiguous_and_offset_inputs():
     assert_close(got.cpu(), f(a, b))
 
 
+def test_empty_permuted_lowers_into_the_program():
+    # empty_like of a permuted tensor traces as aten::empty_permuted (MoE routing's inverse
+    # permutation): a graph factory like empty_like, so nothing runs eagerly, and the result
+    # keeps the permuted strides.
+    def f(x):
+        y = torch.empty_like(x.permute(2, 0, 1))
+        y.copy_(x.permute(2, 0, 1) * 2)
+        return y + 1
+
+    x = torch.randn(3, 4, 5)
+    before = counters()
+    got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    want = f(x)
+    assert_close(got.cpu(), want)
+    assert got.stride() == want.stride()
+    assert delta(before, "compile_partitioned_graphs") == 0
+    assert not any(k.startswith("aten::empty_permuted") for k in counters()["compile_eager_nodes_by_op"])
+
+
 # An op with only a CPU kernel (and a fake one for tracing): no lowering, ever. On tpu it runs
 # through the CPU fallback.
 @torch.library.custom_op("torch_tpu_test::unlowered_sin", mutates_args=())

@@ -102,8 +102,9 @@ def test_compiled_moe_block_is_one_program():
     torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-4)
     m = torch_tpu.metrics()
     assert (m["compile_graphs"], m["compile_programs"]) == (1, 1)
-    # The experts (sort, histc, cumsum, gathers, _grouped_mm) lower into the program. The one
-    # node left eager is the torch.empty_like of the inverse permutation (aten::empty_permuted,
-    # a factory the compile path has no graph lowering for yet).
-    assert set(m["compile_eager_nodes_by_op"]) <= {"aten::empty_permuted: no lowering for aten::empty_permuted"}
+    # The experts (sort, histc, cumsum, gathers, _grouped_mm) lower into the program, and so
+    # does the torch.empty_like of the inverse permutation (aten::empty_permuted): no node
+    # runs eagerly.
+    assert m["compile_eager_nodes_by_op"] == {}, m["compile_eager_nodes_by_op"]
+    assert m["compile_partitioned_graphs"] == 0
     assert m["cpu_fallbacks"] == 0

@@ -110,6 +110,7 @@ TPU_GRAPH_LOWERING("aten::clone", LowerCopyOf0);
 TPU_GRAPH_LOWERING("aten::copy", LowerCopyOf1);
 TPU_GRAPH_LOWERING("aten::empty.memory_format", LowerConstant<0>);
 TPU_GRAPH_LOWERING("aten::empty_like", LowerConstant<0>);
+TPU_GRAPH_LOWERING("aten::empty_permuted", LowerConstant<0>);
 TPU_GRAPH_LOWERING("aten::empty_strided", LowerConstant<0>);
 TPU_LOWERING("aten::eye.m_out", LowerEye);
 TPU_LOWERING("aten::eye.out", LowerEye);
