@@ -478,10 +478,7 @@ class Graph {
         storage = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
         storage_values[s] = storage;
       }
-      storage = lowering::Reinterpret(b, storage, want);
-      auto g = GeometryOf(t);
-      values[i] = lowering::HasRunTimeOffset(g) ? lowering::ReadViewAt(b, storage, g, offset_value(i))
-                                                : lowering::ReadView(b, storage, g);
+      values[i] = lowering::ReadViewOf(b, storage, want, GeometryOf(t), [&] { return offset_value(i); });
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
     std::vector<std::pair<shlo::Value, int64_t>> rng_params;
@@ -525,12 +522,7 @@ class Graph {
       if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
         updated = b.Reshape(v, {g.storage_numel});
       } else {
-        shlo::Value base = storage_values.at(s);
-        base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
-        bool run_time_offset = lowering::HasRunTimeOffset(g);  // as the key decided
-        g.storage_numel = base.type.dims[0];
-        updated = run_time_offset ? lowering::WriteViewAt(b, base, g, offset_value(input), v)
-                                  : lowering::WriteView(b, base, g, v);
+        updated = lowering::WriteViewOf(b, storage_values.at(s), g, v, [&] { return offset_value(input); });
       }
       storage_values[s] = updated;
       size_t w = 0;

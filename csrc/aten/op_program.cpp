@@ -282,12 +282,8 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
       slot_values[slot] = b.Param({ToElemType(st), {}});
       continue;
     }
-    shlo::Value storage = storage_value(slot);
-    shlo::ElemType want = ToElemType(t.scalar_type());
-    storage = lowering::Reinterpret(b, storage, want);  // a view(dtype), an untyped storage
-    auto g = GeometryOf(t);
-    slot_values[slot] = lowering::HasRunTimeOffset(g) ? lowering::ReadViewAt(b, storage, g, offset_value(slot))
-                                                      : lowering::ReadView(b, storage, g);
+    slot_values[slot] = lowering::ReadViewOf(b, storage_value(slot), ToElemType(t.scalar_type()), GeometryOf(t),
+                                             [&] { return offset_value(slot); });
   }
   std::vector<shlo::Value> scalar_values;
   for (const c10::Scalar& s : call.scalars) {
@@ -390,12 +386,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
       updated = b.Reshape(v, {g.storage_numel});
     } else {
-      shlo::Value base = storage_value(target);
-      base = lowering::Reinterpret(b, base, v.type.elem);  // the storage then holds v's type
-      bool run_time_offset = lowering::HasRunTimeOffset(g);  // as the signature decided
-      g.storage_numel = base.type.dims[0];
-      updated = run_time_offset ? lowering::WriteViewAt(b, base, g, offset_value(target), v)
-                                : lowering::WriteView(b, base, g, v);
+      updated = lowering::WriteViewOf(b, storage_value(target), g, v, [&] { return offset_value(target); });
     }
     storage_values[s] = updated;
     for (size_t w = 0; w < written.size(); ++w) {

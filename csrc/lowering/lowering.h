@@ -3,6 +3,7 @@
 // neutral form, output types come from the caller (Meta kernels or FX metadata).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -192,6 +193,13 @@ bool HasRunTimeOffset(const ViewGeometry& g);
 // dynamic_update_slice (a contiguous run) or a scatter at offset-shifted indices.
 Value ReadViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset);
 Value WriteViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset, Value value);
+// What eager and compiled programs both do with a view of a storage value: read it as its
+// element type `elem`, or write `value` into it (the storage then holds value's type), at the
+// view's own offset or, where HasRunTimeOffset (decided on the key's geometry, before any
+// reinterpretation), at `offset()`: an s64 parameter the caller makes on first use.
+Value ReadViewOf(Builder& b, Value storage, ElemType elem, const ViewGeometry& g,
+                 const std::function<Value()>& offset);
+Value WriteViewOf(Builder& b, Value storage, ViewGeometry g, Value value, const std::function<Value()>& offset);
 // Lays a logical array out in a fresh storage with the given (dense, non-overlapping) strides.
 Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides);
 // The bytes of a 1-D storage value read as `elem` (a view(dtype), a bool tensor's untyped

@@ -216,4 +216,17 @@ Value Reinterpret(Builder& b, Value storage, ElemType elem) {
   return BitcastWidths(b, storage, elem);
 }
 
+Value ReadViewOf(Builder& b, Value storage, ElemType elem, const ViewGeometry& g,
+                 const std::function<Value()>& offset) {
+  storage = Reinterpret(b, storage, elem);  // a view(dtype), an untyped storage
+  return HasRunTimeOffset(g) ? ReadViewAt(b, storage, g, offset()) : ReadView(b, storage, g);
+}
+
+Value WriteViewOf(Builder& b, Value storage, ViewGeometry g, Value value, const std::function<Value()>& offset) {
+  bool run_time_offset = HasRunTimeOffset(g);  // as the key decided
+  storage = Reinterpret(b, storage, value.type.elem);
+  g.storage_numel = storage.type.dims[0];
+  return run_time_offset ? WriteViewAt(b, storage, g, offset(), value) : WriteView(b, storage, g, value);
+}
+
 }  // namespace tpu::lowering
