@@ -10,19 +10,7 @@ Diffusers imports the spec by turning the path into a module name (path minus ".
 it is given must be a bare file name in the working directory: tools/diffusers_tests.py writes a
 one-line shim that re-exports this module.
 """
-import torch
-import torch_tpu  # noqa: F401  (registers the "tpu" device and torch.tpu)
-
-DEVICE_NAME = "tpu"
-
-MANUAL_SEED_FN = torch.tpu.manual_seed
-EMPTY_CACHE_FN = torch.tpu.empty_cache
-DEVICE_COUNT_FN = torch.tpu.device_count
-SYNCHRONIZE_FN = torch.tpu.synchronize
-MEMORY_ALLOCATED_FN = torch.tpu.memory_allocated
-MAX_MEMORY_ALLOCATED_FN = torch.tpu.max_memory_allocated
-RESET_MAX_MEMORY_ALLOCATED_FN = torch.tpu.reset_peak_memory_stats
-RESET_PEAK_MEMORY_STATS_FN = torch.tpu.reset_peak_memory_stats
-
-# Training tests (backward, optimizer steps) run on tpu.
-SUPPORTS_TRAINING = True
+# The same torch.tpu functions Transformers' spec names; Diffusers reads a subset of them.
+from torch_tpu.testing.transformers_device_spec import (  # noqa: F401
+    DEVICE_COUNT_FN, DEVICE_NAME, EMPTY_CACHE_FN, MANUAL_SEED_FN, MAX_MEMORY_ALLOCATED_FN, MEMORY_ALLOCATED_FN,
+    RESET_MAX_MEMORY_ALLOCATED_FN, RESET_PEAK_MEMORY_STATS_FN, SUPPORTS_TRAINING, SYNCHRONIZE_FN)
