@@ -67,6 +67,11 @@ AUDIT = {
                                                             torch.tensor([1, 0]).to(d)),
     "embedding_bag_last_offset": lambda d: F.embedding_bag(torch.tensor([0, 1]).to(d), LOGITS.to(d),
                                                            torch.tensor([0, 3]).to(d)),
+    "embedding_bag_decreasing_offsets_sum": lambda d: F.embedding_bag(torch.tensor([0, 1, 2, 3]).to(d), LOGITS.to(d),
+                                                                      torch.tensor([0, 3, 1]).to(d), mode="sum"),
+    "embedding_bag_decreasing_offsets_mean": lambda d: F.embedding_bag(
+        torch.tensor([0, 1, 2, 3]).to(d), LOGITS.to(d), torch.tensor([0, 3, 1, 4]).to(d), mode="mean",
+        include_last_offset=True),
     "bincount_negative": lambda d: torch.bincount(torch.tensor([-1, 2]).to(d)),
     "repeat_interleave_negative": lambda d: torch.repeat_interleave(torch.tensor([1, -1]).to(d)),
     "searchsorted_sorter": lambda d: torch.searchsorted(torch.tensor([1.0, 2.0, 3.0]).to(d), torch.tensor([2.0]).to(d),
@@ -237,3 +242,54 @@ def test_index_on_another_device_raises_like_cuda():
     with pytest.raises(RuntimeError, match="same device"):
         x.index_put_((torch.tensor([0]).to("tpu:1"),), torch.ones(1, device="tpu:0"))
     assert torch.equal(x[torch.tensor([0])].cpu(), torch.ones(1))  # CPU indices are fine, as on CUDA
+
+
+def test_embedding_bag_max_with_decreasing_offsets_computes_like_the_cpu():
+    # The CPU's max kernel bags indices by position (not by offset order) and raises nothing.
+    idx, offsets = torch.tensor([0, 1, 2, 3, 1]), torch.tensor([0, 3, 1])
+    for w in (LOGITS, LOGITS.double()):
+        expected = F.embedding_bag(idx, w, offsets, mode="max")
+        torch.testing.assert_close(F.embedding_bag(idx.to("tpu"), w.to("tpu"), offsets.to("tpu"), mode="max").cpu(),
+                                   expected)
+
+
+@pytest.mark.parametrize("classes,num_classes", [([0, 3], 3), ([0, -1], 3), ([-2], -1), ([[1, 5], [2, -3]], 4),
+                                                 ([2, 0], 0), ([1], -5), ([], -1)])
+def test_one_hot_out_of_range_raises_the_cpus_message(classes, num_classes):
+    err = same_error(lambda d: F.one_hot(torch.tensor(classes).to(d), num_classes))
+    with pytest.raises(RuntimeError) as cpu:
+        F.one_hot(torch.tensor(classes), num_classes)
+    if num_classes > 0 or num_classes == -1:  # else the CPU's message depends on the values
+        assert str(cpu.value) in str(err), (err, cpu.value)
+    assert "scatter" not in str(err)
+
+
+@pytest.mark.parametrize("classes,num_classes", [([0, 2, 1], 3), ([0, 2, 1], -1), ([[1, 0], [3, 3]], 5),
+                                                 ([], 4), (5, 7)])
+def test_one_hot_of_valid_classes_matches_the_cpu(classes, num_classes):
+    x = torch.tensor(classes, dtype=torch.long)
+    assert torch.equal(F.one_hot(x.to("tpu"), num_classes).cpu(), F.one_hot(x, num_classes))
+
+
+def test_deliberate_difference_ctc_loss_target_out_of_range_raises():
+    # README "Where tpu differs from the CPU": the CPU reads log_probs at the label unchecked
+    # (another sample's value, or memory past the tensor: -1.9e34 for label 100 in one run).
+    g = torch.Generator().manual_seed(0)
+    lp = torch.randn(6, 2, 4, generator=g).log_softmax(2)
+    lengths, target_lengths = torch.tensor([6, 6]), torch.tensor([3, 3])
+    for bad in (4, 100, -1):
+        targets = torch.tensor([[1, 2, bad], [1, 1, 2]])
+        for reduction in ("none", "mean"):
+            with pytest.raises(IndexError, match="target label out of range"):
+                F.ctc_loss(lp.to("tpu"), targets.to("tpu"), lengths, target_lengths, reduction=reduction).cpu()
+    targets = torch.tensor([[1, 2, 3], [1, 1, 2]])
+    torch.testing.assert_close(F.ctc_loss(lp.to("tpu"), targets.to("tpu"), lengths, target_lengths).cpu(),
+                               F.ctc_loss(lp, targets, lengths, target_lengths))
+
+
+def test_deliberate_difference_embedding_bag_float64_decreasing_offsets_raise():
+    # README "Where tpu differs from the CPU": the CPU's float64 sum/mean kernel has no such
+    # check (its mean divides by a negative bag size); tpu raises as the CPU does for float32.
+    with pytest.raises(RuntimeError, match="non-decreasing"):
+        F.embedding_bag(torch.tensor([0, 1, 2, 3]).to("tpu"), LOGITS.double().to("tpu"),
+                        torch.tensor([0, 3, 1]).to("tpu"), mode="mean").cpu()

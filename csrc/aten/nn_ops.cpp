@@ -13,6 +13,11 @@
 //   kernel infers output types through Meta: PyTorch has none for the GRU ops (added here), and
 //   its LSTM one fails without biases (nn.LSTM(bias=False)), so on tpu that op calls
 //   torch_tpu::_lstm_cell, the same op under a Meta kernel that accepts them.
+// - one_hot: ATen's kernel checks class values with a host read on the CPU only and lets
+//   scatter's device check raise elsewhere (a scatter message, not the CPU's); on tpu it calls
+//   torch_tpu::_one_hot (csrc/lowering/embedding.cpp), whose device checks carry the CPU's
+//   messages and raise when the result is read. num_classes=-1 reads the largest class value,
+//   as on every device.
 // - The transformer fast paths (csrc/lowering/transformer.cpp): _masked_softmax has no Meta
 //   kernel; _native_multi_head_attention returns undefined weights when need_weights is false,
 //   which a program cannot, so it calls torch_tpu::_native_multi_head_attention and drops them.
@@ -166,6 +171,31 @@ Tensor RmsNorm(const Tensor& input, c10::SymIntArrayRef normalized_shape, const 
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
 }
 
+Tensor OneHotMeta(const Tensor& self, int64_t num_classes) {
+  std::vector<int64_t> shape = self.sizes().vec();
+  shape.push_back(num_classes);
+  return at::empty(shape, self.options().dtype(at::kLong));
+}
+
+Tensor OneHot(const Tensor& self, int64_t num_classes) {
+  TORCH_CHECK(self.scalar_type() == at::kLong, "one_hot is only applicable to index tensor of type LongTensor.");
+  if (self.numel() == 0) {
+    TORCH_CHECK(num_classes > 0, "Can not infer total number of classes from empty tensor.");
+    return OneHotMeta(self, num_classes);  // no values to check
+  }
+  if (num_classes == -1) {
+    int64_t largest = self.max().item<int64_t>();
+    TORCH_CHECK(largest >= 0, "Class values must be non-negative.");
+    num_classes = largest + 1;
+  }
+  // Every class value is at least 0 (checked on the device) or raises that it is negative.
+  TORCH_CHECK(num_classes > 0, "Class values must be smaller than num_classes.");
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torch_tpu::_one_hot", "")
+                       .typed<Tensor(const Tensor&, int64_t)>();
+  return op.call(self, num_classes);
+}
+
 // The Meta kernel of a gradient shaped like the op's tensor argument `kLike`.
 template <size_t kLike>
 void GradientLikeMeta(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -189,12 +219,15 @@ TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
   m.def("_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, "
         "Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, "
         "bool need_weights=True, bool average_attn_weights=True, int? mask_type=None) -> (Tensor, Tensor)");
+  // aten::one_hot with a known number of classes, checking class values on the device.
+  m.def("_one_hot(Tensor self, int num_classes) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) {
   m.impl("_sdpa_forward", SdpaForwardMeta);
   m.impl("_lstm_cell", LstmCellMeta);
   m.impl("_native_multi_head_attention", MultiHeadAttentionMeta);
+  m.impl("_one_hot", OneHotMeta);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -203,6 +236,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_lstm_cell", LstmCell);
   m.impl("_native_multi_head_attention", MultiHeadAttention);
   m.impl("_nested_tensor_from_mask_left_aligned", NestedFromMaskLeftAligned);
+  m.impl("one_hot", OneHot);
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", RmsNorm); }

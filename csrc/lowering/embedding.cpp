@@ -4,7 +4,7 @@
 // (a scatter of the starts and a running sum); indices equal to padding_idx join no bag and do
 // not count in a mean. Bags are scatter-adds (scatter-maxima) of the gathered rows; gradients
 // are scatter-adds into the weight. f16/bf16 accumulate in f32. Also embedding_renorm, the
-// max_norm step of embedding and embedding_bag.
+// max_norm step of embedding and embedding_bag, and one_hot (rows of an identity matrix).
 #include <cmath>
 #include <tuple>
 
@@ -103,6 +103,15 @@ std::vector<Value> LowerEmbeddingBag(Ctx& ctx, const Args& a) {
     ctx.AddCheck(ctx.b.Compare(Cmp::GT, last, ctx.b.ConstantInt(n, last.type)),
                  "embedding_bag: offsets[-1] can not be greater than input's length " + std::to_string(n),
                  Ctx::ErrorKind::Runtime);
+    // Decreasing offsets: the CPU's sum and mean kernels walk each bag from its start to the
+    // next one and fail with this message; its max kernel bags by position and computes.
+    if (mode != kMax && b > 1) {
+      Value next = ctx.b.Slice(offsets, {1}, {b}, {1}), prev = ctx.b.Slice(offsets, {0}, {b - 1}, {1});
+      ctx.AddCheck(AnyTrue(ctx, Less(ctx, next, prev)),
+                   "Expected i < index_size to be true, but got false. (embedding_bag: offsets must be "
+                   "non-decreasing in sum and mean mode)",
+                   Ctx::ErrorKind::Runtime);
+    }
   }
   Value idx = S64(ctx, indices), bag = BagOf(ctx, a.tensor(2), n);
   Value member = Member(ctx, idx, bag, bags, padding_idx);
@@ -255,6 +264,25 @@ std::vector<Value> LowerEmbedding(Ctx& ctx, const Args& a) {
   return {ctx.b.Reshape(rows_of, ctx.out().dims)};
 }
 
+// torch_tpu::_one_hot(self, num_classes): out[..., c] = (self[...] == c) as int64, the rows of
+// an identity matrix (csrc/aten/nn_ops.cpp routes aten::one_hot here). A class value outside
+// [0, num_classes) raises the CPU's message (negative ones first, as the CPU checks them first).
+std::vector<Value> LowerOneHot(Ctx& ctx, const Args& a) {
+  Value x = S64(ctx, a.tensor("self"));
+  const TensorType& out = ctx.out();
+  int64_t rank = x.type.rank();
+  if (x.type.numel()) {
+    ctx.AddCheck(AnyTrue(ctx, Less(ctx, x, ConstI(ctx, 0, x))), "Class values must be non-negative.",
+                 Ctx::ErrorKind::Runtime);
+    ctx.AddCheck(AnyTrue(ctx, ctx.b.Compare(Cmp::GE, x, ConstI(ctx, out.dims.back(), x))),
+                 "Class values must be smaller than num_classes.", Ctx::ErrorKind::Runtime);
+  }
+  std::vector<int64_t> keep(rank);
+  for (int64_t d = 0; d < rank; ++d) keep[d] = d;
+  Value hot = ctx.b.Compare(Cmp::EQ, ctx.b.BroadcastInDim(x, out.dims, keep), ctx.b.Iota({ElemType::S64, out.dims}, rank));
+  return {ConvertTo(ctx, hot, out.elem)};
+}
+
 }  // namespace
 
 TPU_LOWERING("aten::_embedding_bag", LowerEmbeddingBag);
@@ -264,5 +292,6 @@ TPU_LOWERING("aten::_embedding_bag_forward_only", LowerEmbeddingBag);
 TPU_LOWERING("aten::_embedding_bag_per_sample_weights_backward", LowerEmbeddingBagPerSampleWeightsBackward);
 TPU_GRAPH_LOWERING("aten::embedding", LowerEmbedding);
 TPU_LOWERING("aten::embedding_renorm", LowerEmbeddingRenorm);
+TPU_LOWERING("torch_tpu::_one_hot", LowerOneHot);
 
 }  // namespace tpu::lowering
