@@ -25,6 +25,10 @@ std::vector<int64_t> IntsOf(const c10::IValue& v) {
 // Builds the signature and collects tensors, scalars and generators of the call.
 void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first, Call& call) {
   std::vector<TpuStorage*> seen;
+  // One allocation each on the per-op path (tensor lists may still grow them).
+  seen.reserve(e.num_args);
+  call.slots.reserve(e.num_args);
+  call.slot_is_cpu_scalar.reserve(e.num_args);
   call.key.reserve(64);
   call.key.push_back(reinterpret_cast<int64_t>(&e));
   for (size_t i = 0; i < e.num_args; ++i) {

@@ -131,6 +131,7 @@ runtime::Request MakeRequest(std::shared_ptr<runtime::Program> program, const Op
   r.storages.reserve(ops.slots.size());
   for (size_t i = 0; i < ops.slots.size(); ++i)
     r.storages.push_back(ops.slot_is_cpu_scalar[i] ? nullptr : StorageOf(ops.slots[i]));
+  r.new_storages.reserve(fresh.size());
   for (const at::Tensor& t : fresh)
     if (t.defined()) r.new_storages.push_back(StorageOf(t));
   r.host_params.reserve(program->params.size());

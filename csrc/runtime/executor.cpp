@@ -56,7 +56,7 @@ void Executor::Submit(const Request& request) {
 CheckSet Executor::InputChecks(const Request& request) {
   CheckSet guards;
   for (const ParamSource& src : request.program->params)
-    if (src.kind == ParamSource::Storage) guards.Merge(request.storages[src.slot]->Checks());
+    if (src.kind == ParamSource::Storage) request.storages[src.slot]->AddChecksTo(guards);
   return guards;
 }
 

@@ -67,20 +67,31 @@ void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards) {
   elem = e;
   error.clear();
   checks = std::move(guards);
+  guarded.store(!checks.empty(), std::memory_order_release);
 }
 
 CheckSet TpuStorage::Checks() {
   std::lock_guard<std::mutex> lock(mu);
-  if (!checks.empty()) checks.Prune();
+  if (!checks.empty()) {
+    checks.Prune();
+    guarded.store(!checks.empty(), std::memory_order_release);
+  }
   return checks;
 }
 
 void TpuStorage::SetChecks(CheckSet guards) {
   std::lock_guard<std::mutex> lock(mu);
   checks = std::move(guards);
+  guarded.store(!checks.empty(), std::memory_order_release);
+}
+
+void TpuStorage::AddChecksTo(CheckSet& guards) {
+  if (!guarded.load(std::memory_order_acquire)) return;
+  guards.Merge(Checks());  // merged outside the lock: Merge may wait for flags
 }
 
 void TpuStorage::RaiseChecks() const {
+  if (!guarded.load(std::memory_order_acquire)) return;
   CheckSet guards;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));

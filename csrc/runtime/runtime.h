@@ -2,6 +2,7 @@
 // No torch headers: csrc/aten adapts at::Tensor to what is here.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -35,8 +36,12 @@ struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   // Set when the fused graph that was to compute this value failed: reading it raises this
   // (the value never existed), until the storage is wholly overwritten.
   std::string error;
-  // The deferred device checks guarding the current value (device_checks.h).
+  // The deferred device checks guarding the current value (device_checks.h). Changed only
+  // through Assign/SetChecks/Checks, which keep `guarded` equal to !checks.empty().
   CheckSet checks;
+  // Read without the lock: most values carry no checks, and every op asks each input
+  // (AddChecksTo), so the common case costs one atomic load instead of a lock and a copy.
+  std::atomic<bool> guarded{false};
 
   int64_t numel() const { return static_cast<int64_t>(nbytes / shlo::ByteSize(elem)); }
   // The buffer, created as zeros of `elem_if_new` when never written.
@@ -50,6 +55,8 @@ struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   // The checks guarding the current value (pruned of those known to pass), and replacing them.
   CheckSet Checks();
   void SetChecks(CheckSet guards);
+  // Merges the checks guarding the current value into `guards` (nothing to do when unguarded).
+  void AddChecksTo(CheckSet& guards);
   // Throws CheckFailed if a check guarding the value failed (waits for the checks).
   void RaiseChecks() const;
   // Raw bytes of the storage (zeros if never written), after RaiseChecks: a host read.
