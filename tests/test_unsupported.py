@@ -1,5 +1,5 @@
 """What the backend says when it cannot do something, and what it says once at start-up:
-sparse layouts are refused with one error naming the layout, an op with neither a tpu lowering
+the COO sparse layout is refused with one error naming it (CSR: test_sparse.py), an op with neither a tpu lowering
 nor a CPU kernel fails in one short line, and the platform notice is one informational line.
 """
 import pytest
@@ -31,15 +31,6 @@ def test_sparse_coo_creation_refused():
     # The CPU sparse tensor stays usable; its dense form moves to the device.
     s = torch.sparse_coo_tensor(indices, values, (2, 2))
     assert torch.equal(s.to_dense().to(TPU).cpu(), s.to_dense())
-
-
-def test_compressed_layouts_refused_at_first_use():
-    csr = torch.tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse_csr()
-    for layout, t in (("sparse_csr", csr), ("sparse_csc", csr.to_dense().to_sparse_csc())):
-        with pytest.raises(NotImplementedError, match=rf"layout torch.{layout}\) are not supported") as e:
-            on_tpu = t.to(TPU)
-            on_tpu @ torch.randn(2, 2, device=TPU)
-        assert _short(e.value)
 
 
 def test_op_without_lowering_or_cpu_kernel_fails_in_one_line():

@@ -1,15 +1,38 @@
-// Sparse layouts on tpu are refused with one error that names the layout, instead of the
-// dispatcher's kernel listing. Every op on a sparse tpu tensor (COO: SparsePrivateUse1; CSR,
-// CSC, BSR, BSC: SparseCsrPrivateUse1) lands here, including the op that creates a COO tensor
-// (_sparse_coo_tensor_with_dims_and_tensors, behind x.to_sparse(), sparse_coo_tensor(device=)
-// and .to("tpu")), so no COO tensor is ever half made. PyTorch builds compressed tensors
-// without dispatching on the new tensor, so a CSR tensor can exist on tpu, but the first op
-// on it raises here. Sparse tensors stay usable on the CPU; x.to_dense() moves their values.
+// Sparse tensors on tpu. Compressed layouts (CSR, and the CSC that a CSR's transpose is) hold
+// their indices and values as ordinary tpu tensors, so the basics models use are built here from
+// native dense ops: the layout accessors, creation and copies (PyTorch's own device-generic
+// kernels), to_dense, dense -> CSR, and sparse x dense products (a gather and a segment sum over
+// the stored elements, never a dense copy of the sparse operand). Everything else on a sparse
+// tpu tensor (COO: SparsePrivateUse1; CSR, CSC, BSR, BSC: SparseCsrPrivateUse1) lands in a
+// fallback that refuses with one error naming the layout and the op, instead of the
+// dispatcher's kernel listing. COO is refused at creation (_sparse_coo_tensor_with_dims_and_tensors,
+// behind x.to_sparse(), sparse_coo_tensor(device=) and .to("tpu")), so no COO tensor is ever
+// half made; sparse tensors stay usable on the CPU, and x.to_dense() moves their values.
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <ATen/SparseCsrTensorUtils.h>
+#include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_to_dense_native.h>
+#include <ATen/ops/ccol_indices_native.h>
+#include <ATen/ops/clone_native.h>
+#include <ATen/ops/col_indices_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/crow_indices_native.h>
+#include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/empty_like_native.h>
+#include <ATen/ops/empty_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
+#include <ATen/ops/row_indices_native.h>
+#include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/values_native.h>
+#include <ATen/ops/zero_native.h>
 #include <torch/library.h>
 
 namespace tpu::aten {
 namespace {
+
+using at::Tensor;
 
 std::string PythonName(at::Layout layout) {
   switch (layout) {
@@ -51,11 +74,164 @@ void RefuseCompressed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch:
   Refuse(op, *stack, "sparse_csr");
 }
 
+// The refusal from a kernel that handles only part of what its op accepts.
+void RefuseUnless(bool supported, const char* op, const Tensor& sparse, const char* what) {
+  TORCH_CHECK_NOT_IMPLEMENTED(supported, "tpu: ", op, " of a sparse tensor (layout torch.", PythonName(sparse.layout()),
+                              ") is supported on tpu only for ", what, "; keep it on the CPU, or use dense tensors "
+                              "on tpu (x.to_dense())");
+}
+
+bool IsCompressed(const Tensor& t) { return t.layout() == at::kSparseCsr || t.layout() == at::kSparseCsc; }
+bool IsPlainMatrix(const Tensor& t) { return IsCompressed(t) && t.dim() == 2 && t.dense_dim() == 0; }
+
+// _convert_indices_from_csr_to_coo(crow, col, out_int32, transpose) -> [2, nnz] (row; col), or
+// (col; row) when transposed: the row of stored element k is the last r with crow[r] <= k,
+// one searchsorted over the compressed indices (empty rows repeat an entry and are skipped).
+Tensor ConvertIndicesFromCsrToCoo(const Tensor& crow, const Tensor& col, bool out_int32, bool transpose) {
+  TORCH_CHECK(crow.dim() == 1 && col.dim() == 1, "crow_indices and col_indices must be 1-D, got ", crow.dim(),
+              "-D and ", col.dim(), "-D");
+  at::ScalarType index = out_int32 ? at::kInt : at::kLong;
+  Tensor k = at::arange(col.size(0), crow.options());
+  Tensor row = at::searchsorted(crow.contiguous(), k, out_int32, /*right=*/true).sub(1);
+  Tensor plain = col.to(index);
+  return transpose ? at::stack({plain, row}) : at::stack({row, plain});
+}
+
+// The row and column of every stored element of a 2-D CSR or CSC matrix.
+std::pair<Tensor, Tensor> RowsAndColumns(const Tensor& s) {
+  bool csr = s.layout() == at::kSparseCsr;
+  Tensor coo = at::_convert_indices_from_csr_to_coo(csr ? s.crow_indices() : s.ccol_indices(),
+                                                    csr ? s.col_indices() : s.row_indices(), false, !csr);
+  return {coo.select(0, 0), coo.select(0, 1)};
+}
+
+// to_dense: zeros with every stored value added at its (row, column). Batched and block layouts
+// take PyTorch's generic conversion, which runs on the same native ops.
+Tensor SparseCompressedToDense(const Tensor& self, std::optional<at::ScalarType> dtype,
+                               std::optional<bool> masked_grad) {
+  if (!IsPlainMatrix(self)) return at::native::sparse_compressed_to_dense(self, dtype, masked_grad);
+  TORCH_CHECK(!dtype.has_value(), "dtype argument is not supported by sparse_csr_to_dense");
+  auto [rows, cols] = RowsAndColumns(self);
+  Tensor dense = at::zeros(self.sizes(), self.options().layout(at::kStrided));
+  return dense.index_put_({rows, cols}, self.values(), /*accumulate=*/true);
+}
+
+// dense -> CSR of a 2-D matrix: the nonzero entries in row-major order (one host read of their
+// count, as on CUDA); crow[r] = how many of them lie in rows before r.
+Tensor DenseToSparseCsr(const Tensor& self, std::optional<int64_t> dense_dim) {
+  TORCH_CHECK(self.dim() >= 2, "to_sparse_csr: expected a tensor of at least 2 dimensions, got ", self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.dim() == 2 && dense_dim.value_or(0) == 0,
+                              "tpu: to_sparse_csr is supported on tpu only for 2-D matrices without dense "
+                              "dimensions (got a ", self.dim(), "-D tensor); convert on the CPU");
+  Tensor nz = at::nonzero(self);
+  Tensor rows = nz.select(1, 0).contiguous(), cols = nz.select(1, 1).contiguous();
+  Tensor crow = at::searchsorted(rows, at::arange(self.size(0) + 1, rows.options()));
+  Tensor values = at::index(self, {rows, cols});
+  return at::_sparse_csr_tensor_unsafe(crow, cols, values, self.sizes(), values.options().layout(at::kSparseCsr));
+}
+
+// mat1 @ mat2 with one operand a CSR/CSC matrix and the other dense: each stored (r, c, v) adds
+// v * mat2[c, :] to row r (sparse on the left), or mat1[:, r] * v to column c (on the right).
+// A gather and a segment sum (index_add); f16/bf16 accumulate in f32 (rule 10).
+Tensor SparseMm(const Tensor& mat1, const Tensor& mat2) {
+  TORCH_CHECK(mat1.dim() == 2 && mat2.dim() == 2, "tensors must be 2-D, got ", mat1.dim(), "-D and ", mat2.dim(),
+              "-D");
+  TORCH_CHECK(mat1.size(1) == mat2.size(0), "mat1 and mat2 shapes cannot be multiplied (", mat1.size(0), "x",
+              mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
+  TORCH_CHECK(mat1.scalar_type() == mat2.scalar_type(), "expected mat1 and mat2 to have the same dtype, but got: ",
+              mat1.scalar_type(), " != ", mat2.scalar_type());
+  bool left = mat1.layout() != at::kStrided;
+  const Tensor& sparse = left ? mat1 : mat2;
+  const Tensor& dense = left ? mat2 : mat1;
+  RefuseUnless(IsPlainMatrix(sparse) && dense.layout() == at::kStrided, "aten::mm", sparse,
+               "a 2-D CSR or CSC matrix without batch or dense dimensions times a dense matrix");
+  auto [rows, cols] = RowsAndColumns(sparse);
+  at::ScalarType acc = at::toOpMathType(dense.scalar_type());
+  Tensor values = sparse.values().to(acc);
+  Tensor out = at::zeros({mat1.size(0), mat2.size(1)}, dense.options().dtype(acc));
+  if (left)
+    out.index_add_(0, rows, dense.index_select(0, cols).to(acc) * values.unsqueeze(1));
+  else
+    out.index_add_(1, cols, dense.index_select(1, rows).to(acc) * values.unsqueeze(0));
+  return out.to(dense.scalar_type());
+}
+
+// beta * self + alpha * (mat1 @ mat2); self is ignored when beta is 0, as on the CPU.
+Tensor SparseAddmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  RefuseUnless(self.layout() == at::kStrided, "aten::addmm", self, "a dense input to add the product to");
+  Tensor product = SparseMm(mat1, mat2);
+  if (beta.toComplexDouble() == 0.0) return at::mul(product, alpha);
+  return at::add(at::mul(self, beta), product, alpha);
+}
+
+// sparse * scalar (a 0-d dense tensor, or a Python number): the values scale, the indices stay.
+Tensor SparseMul(const Tensor& self, const Tensor& other) {
+  bool left = self.layout() != at::kStrided;
+  const Tensor& sparse = left ? self : other;
+  const Tensor& scalar = left ? other : self;
+  RefuseUnless(scalar.layout() == at::kStrided && scalar.dim() == 0, "aten::mul", sparse, "a product with a scalar");
+  auto [compressed, plain] = at::sparse_csr::getCompressedPlainIndices(sparse);
+  Tensor values = sparse.values().mul(scalar);
+  return at::_sparse_compressed_tensor_unsafe(compressed.clone(), plain.clone(), values, sparse.sizes(),
+                                              values.options().layout(sparse.layout()));
+}
+
+// empty(layout=sparse_csr, ...): PyTorch's kernel, except for the size-0 results that
+// CompositeExplicitAutograd ops (abs, sum, ...) allocate before calling their out= form, which
+// no compressed tensor can have; those ops are not supported, and say so.
+Tensor EmptySparseCompressed(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                             std::optional<at::Layout> layout, std::optional<at::Device> device,
+                             std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK_NOT_IMPLEMENTED(size.size() >= 2, "tpu: sparse tensors (layout torch.",
+                              PythonName(layout.value_or(at::kSparseCsr)), ") of ", size.size(),
+                              " dimensions cannot be made on tpu (aten::empty.memory_format, as an elementwise or "
+                              "reduction op on a sparse tensor makes them); keep them on the CPU, or use dense "
+                              "tensors on tpu (x.to_dense())");
+  return at::native::empty_sparse_compressed(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+Tensor SparseMv(const Tensor& self, const Tensor& vec) {
+  TORCH_CHECK(vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", vec.dim());
+  return SparseMm(self, vec.unsqueeze(1)).squeeze(1);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&RefuseCoo>()); }
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&RefuseCompressed>());
+}
+
+// PyTorch's kernels for these only touch the member tensors through other ops, so they serve
+// every device.
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
+  m.impl("_to_dense", TORCH_FN(SparseCompressedToDense));
+  m.impl("addmm", TORCH_FN(SparseAddmm));
+  m.impl("ccol_indices", TORCH_FN(at::native::ccol_indices_sparse_csr));
+  m.impl("clone", TORCH_FN(at::native::clone_sparse_compressed));
+  m.impl("col_indices", TORCH_FN(at::native::col_indices_sparse_csr));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_compressed_));
+  m.impl("crow_indices", TORCH_FN(at::native::crow_indices_sparse_csr));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
+  m.impl("empty.memory_format", TORCH_FN(EmptySparseCompressed));
+  m.impl("empty_like", TORCH_FN(at::native::empty_like_sparse_csr));
+  m.impl("mm", TORCH_FN(SparseMm));
+  m.impl("mul.Tensor", TORCH_FN(SparseMul));
+  m.impl("mul.Scalar", TORCH_FN(at::native::mul_scalar_sparse_csr));
+  m.impl("mul_.Scalar", TORCH_FN(at::native::mul__scalar_sparse_csr));
+  m.impl("mv", TORCH_FN(SparseMv));
+  m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
+  m.impl("row_indices", TORCH_FN(at::native::row_indices_sparse_csr));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
+  m.impl("values", TORCH_FN(at::native::values_sparse_csr));
+  m.impl("zero_", TORCH_FN(at::native::zero_sparse_csr_));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_convert_indices_from_csr_to_coo", TORCH_FN(ConvertIndicesFromCsrToCoo));
+  m.impl("_to_sparse_csr", TORCH_FN(DenseToSparseCsr));
 }
 
 }  // namespace tpu::aten

@@ -1,0 +1,138 @@
+"""Sparse CSR tensors on tpu: creation (from the CPU, from a dense tpu tensor, from index
+tensors), the layout accessors, to_dense, copies, and sparse x dense products, each against
+PyTorch's CPU result and without a CPU fallback; what stays unsupported raises one short error
+naming the layout and the op."""
+import pytest
+import torch
+
+from conftest import assert_same, native
+
+TPU = "tpu"
+
+
+def _matrix(rows=5, cols=4, dtype=torch.float32, seed=0):
+    """A matrix with an empty row, a full row and scattered zeros."""
+    g = torch.Generator().manual_seed(seed)
+    d = torch.randn(rows, cols, generator=g).to(dtype)
+    d[torch.rand(rows, cols, generator=g) < 0.5] = 0
+    d[1] = 0
+    d[2] = torch.arange(1, cols + 1, dtype=dtype)
+    return d
+
+
+def _assert_same_csr(got, expected):
+    assert got.layout == expected.layout and got.device.type == "tpu"
+    assert got.shape == expected.shape and got._nnz() == expected._nnz()
+    assert got.sparse_dim() == expected.sparse_dim() and got.dense_dim() == expected.dense_dim()
+    assert_same(got.crow_indices(), expected.crow_indices())
+    assert_same(got.col_indices(), expected.col_indices())
+    assert_same(got.values(), expected.values())
+
+
+def test_csr_to_tpu_and_back():
+    csr = _matrix().to_sparse_csr()
+    with native():
+        x = csr.to(TPU)
+        _assert_same_csr(x, csr)
+        back = x.cpu()
+    assert back.layout == torch.sparse_csr and torch.equal(back.to_dense(), csr.to_dense())
+    assert "sparse_csr" in repr(x) and "tpu" in repr(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_to_dense_matches_cpu(dtype):
+    csr = _matrix(dtype=dtype).to_sparse_csr()
+    with native():
+        assert_same(csr.to(TPU).to_dense(), csr.to_dense())
+        # A CSR's transpose is CSC: the same arrays read column-first.
+        assert_same(csr.to(TPU).t().to_dense(), csr.t().to_dense())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dense_to_sparse_csr_matches_cpu(dtype):
+    d = _matrix(dtype=dtype)
+    d[0, 0] = float("nan")  # NaN is a stored value, as on the CPU
+    with native():
+        _assert_same_csr(d.to(TPU).to_sparse_csr(), d.to_sparse_csr())
+        _assert_same_csr(torch.zeros(3, 2, device=TPU).to_sparse_csr(), torch.zeros(3, 2).to_sparse_csr())
+
+
+def test_sparse_csr_tensor_on_tpu():
+    crow, col, values = torch.tensor([0, 1, 1, 3]), torch.tensor([2, 0, 1]), torch.tensor([1.0, 2.0, 3.0])
+    expected = torch.sparse_csr_tensor(crow, col, values, (3, 3))
+    with native():
+        x = torch.sparse_csr_tensor(crow.to(TPU), col.to(TPU), values.to(TPU), (3, 3))
+        _assert_same_csr(x, expected)
+        assert_same(x.to_dense(), expected.to_dense())
+        y = torch.sparse_csr_tensor(crow, col, values, (3, 3), device=TPU)
+        _assert_same_csr(y, expected)
+
+
+def test_clone_copy_and_scale():
+    csr = _matrix().to_sparse_csr()
+    with native():
+        x = csr.to(TPU)
+        _assert_same_csr(x.clone(), csr)
+        target = torch.empty_like(x)
+        target.copy_(csr)
+        _assert_same_csr(target, csr)
+        _assert_same_csr(x * 2.5, csr * 2.5)
+        _assert_same_csr(torch.tensor(-3.0, device=TPU) * x, torch.tensor(-3.0) * csr)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sparse_dense_products_match_cpu(dtype):
+    a = _matrix(dtype=dtype).to_sparse_csr()
+    b, left, bias, v = (torch.randn(*s).to(dtype) for s in [(4, 3), (2, 5), (5, 3), (4,)])
+    nan_bias = torch.full((5, 3), float("nan"), dtype=dtype)  # ignored when beta is 0
+
+    def cpu(fn, *args):
+        # The CPU has no bf16 sparse product: its f32 result, rounded (we accumulate in f32 too).
+        return fn(*(t.float() for t in args)).to(dtype)
+
+    x = a.to(TPU)
+    with native():
+        assert_same(x @ b.to(TPU), cpu(torch.matmul, a, b))
+        assert_same(torch.mm(x, b.to(TPU)), cpu(torch.mm, a, b))
+        assert_same(torch.sparse.mm(x, b.to(TPU)), cpu(torch.sparse.mm, a, b))
+        assert_same(x @ v.to(TPU), cpu(torch.matmul, a, v))
+        csc = a.to_dense().to_sparse_csc()
+        assert_same(csc.to(TPU) @ b[:, :1].to(TPU).expand(4, 2), cpu(torch.matmul, csc, b[:, :1].expand(4, 2)))
+        assert_same(left.to(TPU) @ x, cpu(torch.matmul, left, a.to_dense()))
+        assert_same(torch.addmm(bias.to(TPU), x, b.to(TPU), beta=0.5, alpha=2.0),
+                    cpu(lambda *t: torch.addmm(*t, beta=0.5, alpha=2.0), bias, a, b))
+        assert_same(torch.addmm(nan_bias.to(TPU), x, b.to(TPU), beta=0.0),
+                    cpu(lambda *t: torch.addmm(*t, beta=0.0), nan_bias, a, b))
+
+
+def test_gradient_of_the_dense_operand():
+    a = _matrix().to_sparse_csr()
+    b = torch.randn(4, 3, requires_grad=True)
+    tb = b.detach().to(TPU).requires_grad_()
+    with native():
+        (a.to(TPU) @ tb).sin().sum().backward()
+    (a @ b).sin().sum().backward()
+    assert_same(tb.grad, b.grad)
+
+
+def test_shape_errors_match_cpu():
+    a = _matrix().to_sparse_csr()
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        a.to(TPU) @ torch.randn(3, 2, device=TPU)
+
+
+def _short(message):
+    return len(str(message).splitlines()) <= 2 and "Could not run" not in str(message)
+
+
+@pytest.mark.parametrize("op, name", [
+    (lambda x: x.sum(), "sparse_csr"),
+    (lambda x: x.abs(), "sparse_csr"),
+    (lambda x: x @ x.t(), "sparse_csr"),
+    (lambda x: x.to_dense().to_sparse_bsr((1, 1)) @ torch.ones(4, 1, device=TPU), "sparse_bsr"),
+])
+def test_unsupported_ops_refused_with_the_layout(op, name):
+    x = _matrix().to_sparse_csr().to(TPU)
+    with pytest.raises(NotImplementedError, match=rf"layout torch.{name}\)") as e:
+        op(x)
+    assert _short(e.value)
