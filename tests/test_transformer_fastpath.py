@@ -155,3 +155,30 @@ def test_masked_softmax(mask_type, dtype):
         torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
     with pytest.raises(RuntimeError, match="Mask should be a boolean tensor"):
         torch._masked_softmax(x.to(TPU), mask.float().to(TPU), 3, mask_type)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masked_softmax_backward(dtype):
+    """The gradient the CPU kernel gives: 0 at masked entries (and in fully masked rows), the
+    softmax gradient over the unmasked ones; through autograd and called directly."""
+    torch.manual_seed(5)
+    x, grad = torch.randn(2, 3, 4, 5).to(dtype), torch.randn(2, 3, 4, 5).to(dtype)
+    mask = torch.rand(2, 3, 4, 5) > 0.6
+    mask[0, 0] = True  # fully masked rows
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    # A softmax output, and any values: the sum skips masked entries, whatever they hold.
+    outputs = [(dim, out) for dim in [3, 1, -2, None] for out in [torch._masked_softmax(x, mask, dim),
+                                                                   torch.rand_like(x)]]
+    for dim, out in outputs:
+        expected = torch.ops.aten._masked_softmax_backward(grad, out, mask, dim)
+        with native():
+            got = torch.ops.aten._masked_softmax_backward(grad.to(TPU), out.to(TPU), mask.to(TPU), dim)
+        torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **tol)
+    leaf = x.clone().requires_grad_()
+    torch._masked_softmax(leaf, mask, 2).backward(grad)
+    on_tpu = x.to(TPU).requires_grad_()
+    with native():
+        torch._masked_softmax(on_tpu, mask.to(TPU), 2).backward(grad.to(TPU))
+    torch.testing.assert_close(on_tpu.grad.cpu(), leaf.grad, **tol)
+    with pytest.raises(RuntimeError, match="Mask shape should match grad shape"):
+        torch.ops.aten._masked_softmax_backward(grad.to(TPU), out.to(TPU), mask[0].to(TPU), 3)

@@ -18,9 +18,10 @@
 //   torch_tpu::_one_hot (csrc/lowering/embedding.cpp), whose device checks carry the CPU's
 //   messages and raise when the result is read. num_classes=-1 reads the largest class value,
 //   as on every device.
-// - The transformer fast paths (csrc/lowering/transformer.cpp): _masked_softmax has no Meta
-//   kernel; _native_multi_head_attention returns undefined weights when need_weights is false,
-//   which a program cannot, so it calls torch_tpu::_native_multi_head_attention and drops them.
+// - The transformer fast paths (csrc/lowering/transformer.cpp): _masked_softmax and its backward
+//   have no Meta kernel; _native_multi_head_attention returns undefined weights when
+//   need_weights is false, which a program cannot, so it calls
+//   torch_tpu::_native_multi_head_attention and drops them.
 //   Nested tensors do not exist on tpu: nn.TransformerEncoder asks whether its padding mask is
 //   left-aligned before converting to one, and hears no, so it takes the dense fast path with
 //   the mask (the same values at every unpadded position; padded ones are not zeroed).
@@ -166,6 +167,14 @@ Tensor MaskedSoftmaxMeta(const Tensor& input, const Tensor& mask, std::optional<
   return at::empty_like(input, at::MemoryFormat::Contiguous);
 }
 
+// The CPU kernel's checks: the backward takes a mask shaped like the gradient (mask_type 2).
+Tensor MaskedSoftmaxBackwardMeta(const Tensor& grad_output, const Tensor& output, const Tensor& mask,
+                                 std::optional<int64_t> dim) {
+  TORCH_CHECK(grad_output.sizes() == mask.sizes(), "Mask shape should match grad shape");
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "Mask should be a boolean tensor");
+  return at::empty_like(grad_output, at::MemoryFormat::Contiguous);
+}
+
 Tensor RmsNorm(const Tensor& input, c10::SymIntArrayRef normalized_shape, const std::optional<Tensor>& weight,
                std::optional<double> eps) {
   return std::get<0>(at::_fused_rms_norm(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, eps));
@@ -243,6 +252,7 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", RmsNorm); 
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("_masked_softmax", MaskedSoftmaxMeta);
+  m.impl("_masked_softmax_backward", MaskedSoftmaxBackwardMeta);
   m.impl("_thnn_fused_gru_cell", GruCellMeta);
   m.impl("_thnn_fused_gru_cell_backward", GruCellBackwardMeta);
   m.impl("_ctc_loss_backward", torch::CppFunction::makeFromBoxedFunction<&GradientLikeMeta<1>>());

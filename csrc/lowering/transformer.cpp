@@ -113,6 +113,20 @@ std::vector<Value> LowerMaskedSoftmax(Ctx& ctx, const Args& a) {
   return {ConvertTo(ctx, MaskedSoftmax(ctx, x, masked, WrapDim(a.int_or(2, r - 1), r)), ctx.out().elem)};
 }
 
+// _masked_softmax_backward(grad_output, output, mask, dim?): the CPU kernel's
+// y * (g - sum(g * y over the unmasked entries)), 0 where masked; mask has the gradient's shape.
+std::vector<Value> LowerMaskedSoftmaxBackward(Ctx& ctx, const Args& a) {
+  Value g = Acc(ctx, a.tensor("grad_output")), y = Acc(ctx, a.tensor("output"));
+  int64_t r = g.type.rank();
+  if (r == 0) throw Unsupported("masked softmax backward of a 0-d tensor");
+  int64_t dim = WrapDim(a.int_or("dim", r - 1), r);
+  Value masked = MaskedEntries(ctx, a.tensor("mask"), g.type.dims, 2), zero = Const(ctx, 0, g);
+  Value gy = ctx.b.Select(masked, zero, Bin(ctx, "multiply", g, y));
+  Value sum = Unreduce(ctx, SumOver(ctx, gy, {dim}), g.type.dims, {dim});
+  Value gi = ctx.b.Select(masked, zero, Bin(ctx, "multiply", y, Bin(ctx, "subtract", g, sum)));
+  return {ConvertTo(ctx, gi, ctx.out().elem)};
+}
+
 // _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
 // proj_weight, proj_bias, mask?, need_weights, average_attn_weights, mask_type?) -> (out, weights):
 // weights are the probabilities [B, H, T, S], averaged over heads when asked, else empty (eager
@@ -173,6 +187,7 @@ std::vector<Value> LowerTransformerEncoderLayer(Ctx& ctx, const Args& a) {
 }  // namespace
 
 TPU_LOWERING("aten::_masked_softmax", LowerMaskedSoftmax);
+TPU_LOWERING("aten::_masked_softmax_backward", LowerMaskedSoftmaxBackward);
 TPU_GRAPH_LOWERING("aten::_native_multi_head_attention", LowerNativeMultiHeadAttention);
 TPU_LOWERING("aten::_transformer_encoder_layer_fwd", LowerTransformerEncoderLayer);
 TPU_LOWERING("torch_tpu::_native_multi_head_attention", LowerNativeMultiHeadAttention);
