@@ -136,3 +136,20 @@ def test_unsupported_ops_refused_with_the_layout(op, name):
     with pytest.raises(NotImplementedError, match=rf"layout torch.{name}\)") as e:
         op(x)
     assert _short(e.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+def test_sparse_mm_reduce_matches_cpu(reduce, dtype):
+    a, b = _matrix(dtype=dtype).to_sparse_csr(), torch.randn(4, 3).to(dtype)
+    with native():
+        got = torch.sparse.mm(a.to(TPU), b.to(TPU), reduce)
+    assert_same(got, torch.sparse.mm(a, b, reduce))  # row 1 is empty: 0 for every reduction
+
+
+def test_sparse_sampled_addmm_matches_cpu():
+    a = _matrix().to_sparse_csr()
+    m1, m2 = torch.randn(5, 6), torch.randn(6, 4)
+    with native():
+        got = torch.sparse.sampled_addmm(a.to(TPU), m1.to(TPU), m2.to(TPU), beta=0.5, alpha=-2.0)
+    _assert_same_csr(got, torch.sparse.sampled_addmm(a, m1, m2, beta=0.5, alpha=-2.0))

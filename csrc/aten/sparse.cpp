@@ -165,6 +165,70 @@ Tensor SparseAddmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, c
   return at::add(at::mul(self, beta), product, alpha);
 }
 
+// _sparse_mm_reduce_impl(csr, dense, reduce) -> (out, arg_out), behind torch.sparse.mm(a, b,
+// reduce): row r of out reduces v * dense[c, :] over the stored (r, c, v) of row r (sum, mean,
+// amax, amin), and an empty row is 0, as in the CPU kernel; f16/bf16 accumulate in f32.
+// arg_out (which entry won amax/amin) only feeds the backward, which tpu does not have: it is
+// empty, as on the CPU without gradients.
+std::tuple<Tensor, Tensor> SparseMmReduce(const Tensor& self, const Tensor& other, c10::string_view reduce) {
+  TORCH_CHECK(self.layout() == at::kSparseCsr, "sparse_mm_reduce: expect self to be SparseCsr, got ", self.layout());
+  TORCH_CHECK(self.dense_dim() == 0, "sparse_mm_reduce: expected non-hybrid self tensor.");
+  TORCH_CHECK(self.dim() == 2, "sparse_mm_reduce: expected self to be a 2-D tensor, got ", self.dim(), "-D tensor.");
+  TORCH_CHECK(other.layout() == at::kStrided && other.dim() == 2 && self.size(1) == other.size(0),
+              "sparse_mm_reduce: expected other to be a 2-D strided tensor of ", self.size(1), " rows");
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), "sparse_mm_reduce: expected self and other to have the "
+              "same dtype, got ", self.scalar_type(), " and ", other.scalar_type());
+  bool extreme = reduce == "amax" || reduce == "amin";
+  TORCH_CHECK(extreme || reduce == "sum" || reduce == "mean", "sparse_mm_reduce: reduce type ", reduce,
+              " is not supported (sum, mean, amax, amin)");
+  RefuseUnless(!(extreme && at::GradMode::is_enabled() && (self.requires_grad() || other.requires_grad())),
+               "aten::_sparse_mm_reduce_impl", self, "sum and mean, and amax/amin without gradients");
+  auto [rows, cols] = RowsAndColumns(self);
+  at::ScalarType acc = at::toOpMathType(other.scalar_type());
+  Tensor products = other.index_select(0, cols).to(acc) * self.values().to(acc).unsqueeze(1);
+  Tensor out = at::zeros({self.size(0), other.size(1)}, other.options().dtype(acc));
+  if (extreme) {
+    out.index_reduce_(0, rows, products, reduce, /*include_self=*/false);
+  } else {
+    out.index_add_(0, rows, products);
+    if (reduce == "mean") {
+      Tensor count = at::zeros({self.size(0)}, out.options()).index_add_(0, rows, at::ones_like(rows, out.options()));
+      out.div_(count.clamp_min(1).unsqueeze(1));
+    }
+  }
+  return {out.to(other.scalar_type()), at::empty({0}, self.col_indices().options())};
+}
+
+// sparse_sampled_addmm(self, mat1, mat2, beta, alpha): beta * self + alpha * (mat1 @ mat2) at
+// self's stored entries only: stored (r, c) takes mat1[r, :] . mat2[:, c]; self is ignored when
+// beta is 0. f16/bf16 accumulate in f32.
+Tensor SparseSampledAddmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, const at::Scalar& beta,
+                          const at::Scalar& alpha) {
+  RefuseUnless(IsPlainMatrix(self) && self.layout() == at::kSparseCsr && mat1.layout() == at::kStrided &&
+                   mat2.layout() == at::kStrided && mat1.dim() == 2 && mat2.dim() == 2,
+               "aten::sparse_sampled_addmm", self, "a 2-D CSR matrix without batch or dense dimensions");
+  TORCH_CHECK(mat1.size(1) == mat2.size(0) && self.size(0) == mat1.size(0) && self.size(1) == mat2.size(1),
+              "sparse_sampled_addmm: self ", self.sizes(), " does not fit mat1 ", mat1.sizes(), " @ mat2 ",
+              mat2.sizes());
+  auto [rows, cols] = RowsAndColumns(self);
+  at::ScalarType acc = at::toOpMathType(self.scalar_type());
+  Tensor dots = (mat1.index_select(0, rows).to(acc) * mat2.t().index_select(0, cols).to(acc)).sum(-1);
+  Tensor values = beta.toComplexDouble() == 0.0 ? dots.mul(alpha)
+                                                : at::add(self.values().to(acc).mul(beta), dots, alpha);
+  return at::_sparse_csr_tensor_unsafe(self.crow_indices().clone(), self.col_indices().clone(),
+                                       values.to(self.scalar_type()), self.sizes(),
+                                       self.values().options().layout(at::kSparseCsr));
+}
+
+Tensor& SparseSampledAddmmOut(const Tensor& self, const Tensor& mat1, const Tensor& mat2, const at::Scalar& beta,
+                              const at::Scalar& alpha, Tensor& out) {
+  Tensor result = SparseSampledAddmm(self, mat1, mat2, beta, alpha);
+  RefuseUnless(out.layout() == at::kSparseCsr, "aten::sparse_sampled_addmm.out", out, "a CSR out= tensor");
+  at::native::resize_as_sparse_compressed_(out, result);
+  out.copy_(result);
+  return out;
+}
+
 // sparse * scalar (a 0-d dense tensor, or a Python number): the values scale, the indices stay.
 Tensor SparseMul(const Tensor& self, const Tensor& other) {
   bool left = self.layout() != at::kStrided;
@@ -207,6 +271,7 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 // every device.
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
+  m.impl("_sparse_mm_reduce_impl", TORCH_FN(SparseMmReduce));
   m.impl("_to_dense", TORCH_FN(SparseCompressedToDense));
   m.impl("addmm", TORCH_FN(SparseAddmm));
   m.impl("ccol_indices", TORCH_FN(at::native::ccol_indices_sparse_csr));
@@ -218,13 +283,15 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("empty.memory_format", TORCH_FN(EmptySparseCompressed));
   m.impl("empty_like", TORCH_FN(at::native::empty_like_sparse_csr));
   m.impl("mm", TORCH_FN(SparseMm));
-  m.impl("mul.Tensor", TORCH_FN(SparseMul));
   m.impl("mul.Scalar", TORCH_FN(at::native::mul_scalar_sparse_csr));
+  m.impl("mul.Tensor", TORCH_FN(SparseMul));
   m.impl("mul_.Scalar", TORCH_FN(at::native::mul__scalar_sparse_csr));
   m.impl("mv", TORCH_FN(SparseMv));
   m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
   m.impl("row_indices", TORCH_FN(at::native::row_indices_sparse_csr));
   m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
+  m.impl("sparse_sampled_addmm", TORCH_FN(SparseSampledAddmm));
+  m.impl("sparse_sampled_addmm.out", TORCH_FN(SparseSampledAddmmOut));
   m.impl("values", TORCH_FN(at::native::values_sparse_csr));
   m.impl("zero_", TORCH_FN(at::native::zero_sparse_csr_));
 }
