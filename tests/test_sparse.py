@@ -1,7 +1,7 @@
-"""Sparse CSR tensors on tpu: creation (from the CPU, from a dense tpu tensor, from index
-tensors), the layout accessors, to_dense, copies, and sparse x dense products, each against
-PyTorch's CPU result and without a CPU fallback; what stays unsupported raises one short error
-naming the layout and the op."""
+"""Sparse COO and CSR tensors on tpu: creation (from the CPU, from a dense tpu tensor, from index
+tensors), the layout accessors, to_dense, coalesce, copies, and sparse x dense products, each
+against PyTorch's CPU result and without a CPU fallback; what stays unsupported raises one short
+error naming the layout and the op."""
 import pytest
 import torch
 
@@ -13,10 +13,10 @@ TPU = "tpu"
 def _matrix(rows=5, cols=4, dtype=torch.float32, seed=0):
     """A matrix with an empty row, a full row and scattered zeros."""
     g = torch.Generator().manual_seed(seed)
-    d = torch.randn(rows, cols, generator=g).to(dtype)
+    d = torch.randn(rows, cols, generator=g).mul(3).to(dtype)
     d[torch.rand(rows, cols, generator=g) < 0.5] = 0
     d[1] = 0
-    d[2] = torch.arange(1, cols + 1, dtype=dtype)
+    d[2] = torch.arange(1, cols + 1).to(dtype)
     return d
 
 
@@ -126,6 +126,8 @@ def _short(message):
 
 
 @pytest.mark.parametrize("op, name", [
+    (lambda x: x.to_dense().to_sparse().sum(), "sparse_coo"),
+    (lambda x: x.to_dense().to_sparse() @ x.to_dense().t().to_sparse(), "sparse_coo"),
     (lambda x: x.sum(), "sparse_csr"),
     (lambda x: x.abs(), "sparse_csr"),
     (lambda x: x @ x.t(), "sparse_csr"),
@@ -153,3 +155,59 @@ def test_sparse_sampled_addmm_matches_cpu():
     with native():
         got = torch.sparse.sampled_addmm(a.to(TPU), m1.to(TPU), m2.to(TPU), beta=0.5, alpha=-2.0)
     _assert_same_csr(got, torch.sparse.sampled_addmm(a, m1, m2, beta=0.5, alpha=-2.0))
+
+
+def _assert_same_coo(got, expected):
+    assert got.layout == torch.sparse_coo and got.device.type == "tpu"
+    assert got.shape == expected.shape and got.is_coalesced() == expected.is_coalesced()
+    assert got.sparse_dim() == expected.sparse_dim() and got.dense_dim() == expected.dense_dim()
+    assert_same(got._indices(), expected._indices())
+    assert_same(got._values(), expected._values())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_dense_to_sparse_coo_matches_cpu(dtype):
+    d = _matrix(dtype=dtype)
+    with native():
+        _assert_same_coo(d.to(TPU).to_sparse(), d.to_sparse())
+        _assert_same_coo(d.to(TPU).to_sparse(1), d.to_sparse(1))  # rows with any nonzero, dense rows
+        assert_same(d.to(TPU).to_sparse().to_dense(), d)
+        assert_same(d.to(TPU).to_sparse(1).to_dense(), d)
+
+
+def test_sparse_coo_tensor_on_tpu_and_coalesce():
+    indices, values = torch.tensor([[0, 1, 1, 0], [2, 0, 0, 2]]), torch.tensor([3.0, 4.0, 5.0, -1.0])
+    expected = torch.sparse_coo_tensor(indices, values, (2, 3))
+    with native():
+        x = torch.sparse_coo_tensor(indices, values, (2, 3), device=TPU)
+        _assert_same_coo(x, expected)
+        assert_same(x.to_dense(), expected.to_dense())  # duplicates add up
+        _assert_same_coo(x.coalesce(), expected.coalesce())
+        _assert_same_coo(expected.to(TPU), expected)
+    back = x.cpu()
+    assert back.layout == torch.sparse_coo and torch.equal(back.to_dense(), expected.to_dense())
+
+
+def test_sparse_coo_products_and_gradients():
+    a = _matrix().to_sparse()
+    b = torch.randn(4, 3, requires_grad=True)
+    tb = b.detach().to(TPU).requires_grad_()
+    with native():
+        x = a.to(TPU)
+        got = x @ tb
+        assert_same(torch.sparse.mm(x, tb.detach()), torch.sparse.mm(a, b.detach()))
+        assert_same(torch.addmm(torch.ones(5, 3, device=TPU), x, tb.detach(), beta=0.5),
+                    torch.addmm(torch.ones(5, 3), a, b.detach(), beta=0.5))
+        assert_same(x @ tb[:, 0].detach(), a @ b[:, 0].detach())
+        _assert_same_coo(x * 3, a * 3)
+        got.sin().sum().backward()
+        # to_sparse's own gradient: autograd masks the dense gradient with the result's indices.
+        d = _matrix().requires_grad_()
+        td = d.detach().to(TPU).requires_grad_()
+        td.to_sparse().to_dense().mul(torch.arange(4.0, device=TPU)).sum().backward()
+    expected = a @ b
+    assert_same(got, expected)
+    expected.sin().sum().backward()
+    assert_same(tb.grad, b.grad)
+    d.to_sparse().to_dense().mul(torch.arange(4.0)).sum().backward()
+    assert_same(td.grad, d.grad)

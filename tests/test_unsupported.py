@@ -1,6 +1,6 @@
 """What the backend says when it cannot do something, and what it says once at start-up:
-the COO sparse layout is refused with one error naming it (CSR: test_sparse.py), an op with neither a tpu lowering
-nor a CPU kernel fails in one short line, and the platform notice is one informational line.
+an op with neither a tpu lowering nor a CPU kernel fails in one short line (sparse layouts:
+test_sparse.py), and the platform notice is one informational line.
 """
 import pytest
 import torch
@@ -12,25 +12,6 @@ TPU = "tpu"
 
 def _short(message):
     return len(str(message).splitlines()) <= 2 and "Could not run" not in str(message)
-
-
-def test_to_sparse_refused_with_the_layout():
-    x = torch.tensor([[0.0, 1.0], [2.0, 0.0]], device=TPU)
-    with pytest.raises(NotImplementedError, match=r"sparse tensors \(layout torch.sparse_coo\) are not supported") as e:
-        x.to_sparse()
-    assert _short(e.value)
-
-
-def test_sparse_coo_creation_refused():
-    indices, values = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
-    with pytest.raises(NotImplementedError, match=r"layout torch.sparse_coo") as e:
-        torch.sparse_coo_tensor(indices, values, (2, 2), device=TPU)
-    assert _short(e.value)
-    with pytest.raises(NotImplementedError, match=r"layout torch.sparse_coo"):
-        torch.sparse_coo_tensor(indices, values, (2, 2)).to(TPU)
-    # The CPU sparse tensor stays usable; its dense form moves to the device.
-    s = torch.sparse_coo_tensor(indices, values, (2, 2))
-    assert torch.equal(s.to_dense().to(TPU).cpu(), s.to_dense())
 
 
 def test_op_without_lowering_or_cpu_kernel_fails_in_one_line():

@@ -1,17 +1,20 @@
-// Sparse tensors on tpu. Compressed layouts (CSR, and the CSC that a CSR's transpose is) hold
-// their indices and values as ordinary tpu tensors, so the basics models use are built here from
-// native dense ops: the layout accessors, creation and copies (PyTorch's own device-generic
-// kernels), to_dense, dense -> CSR, and sparse x dense products (a gather and a segment sum over
-// the stored elements, never a dense copy of the sparse operand). Everything else on a sparse
-// tpu tensor (COO: SparsePrivateUse1; CSR, CSC, BSR, BSC: SparseCsrPrivateUse1) lands in a
-// fallback that refuses with one error naming the layout and the op, instead of the
-// dispatcher's kernel listing. COO is refused at creation (_sparse_coo_tensor_with_dims_and_tensors,
-// behind x.to_sparse(), sparse_coo_tensor(device=) and .to("tpu")), so no COO tensor is ever
-// half made; sparse tensors stay usable on the CPU, and x.to_dense() moves their values.
+// Sparse tensors on tpu. COO and compressed layouts (CSR, and the CSC that a CSR's transpose
+// is) hold their indices and values as ordinary tpu tensors, so the basics models use are built
+// here from native dense ops: the layout accessors, creation and copies (PyTorch's own
+// device-generic kernels), to_dense, dense -> COO/CSR, coalesce, and sparse x dense products (a
+// gather and a segment sum over the stored elements, never a dense copy of the sparse operand).
+// Everything else on a sparse tpu tensor (COO: SparsePrivateUse1; CSR, CSC, BSR, BSC:
+// SparseCsrPrivateUse1) lands in a fallback that refuses with one error naming the layout and
+// the op, instead of the dispatcher's kernel listing; sparse tensors stay usable on the CPU.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/SparseCsrTensorUtils.h>
+#include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
+#include <ATen/ops/_values_native.h>
 #include <ATen/ops/_to_dense_native.h>
 #include <ATen/ops/ccol_indices_native.h>
 #include <ATen/ops/clone_native.h>
@@ -21,6 +24,8 @@
 #include <ATen/ops/dense_dim_native.h>
 #include <ATen/ops/empty_like_native.h>
 #include <ATen/ops/empty_native.h>
+#include <ATen/ops/indices_native.h>
+#include <ATen/ops/is_coalesced_native.h>
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/row_indices_native.h>
@@ -82,7 +87,10 @@ void RefuseUnless(bool supported, const char* op, const Tensor& sparse, const ch
 }
 
 bool IsCompressed(const Tensor& t) { return t.layout() == at::kSparseCsr || t.layout() == at::kSparseCsc; }
-bool IsPlainMatrix(const Tensor& t) { return IsCompressed(t) && t.dim() == 2 && t.dense_dim() == 0; }
+// A 2-D COO, CSR or CSC matrix without batch or dense dimensions.
+bool IsPlainMatrix(const Tensor& t) {
+  return (IsCompressed(t) || t.layout() == at::kSparse) && t.dim() == 2 && t.sparse_dim() == 2 && t.dense_dim() == 0;
+}
 
 // _convert_indices_from_csr_to_coo(crow, col, out_int32, transpose) -> [2, nnz] (row; col), or
 // (col; row) when transposed: the row of stored element k is the last r with crow[r] <= k,
@@ -97,8 +105,12 @@ Tensor ConvertIndicesFromCsrToCoo(const Tensor& crow, const Tensor& col, bool ou
   return transpose ? at::stack({plain, row}) : at::stack({row, plain});
 }
 
-// The row and column of every stored element of a 2-D CSR or CSC matrix.
+// The stored values, in storage order (a COO tensor need not be coalesced).
+Tensor StoredValues(const Tensor& s) { return s.layout() == at::kSparse ? s._values() : s.values(); }
+
+// The row and column of every stored element of a plain sparse matrix.
 std::pair<Tensor, Tensor> RowsAndColumns(const Tensor& s) {
+  if (s.layout() == at::kSparse) return {s._indices()[0], s._indices()[1]};
   bool csr = s.layout() == at::kSparseCsr;
   Tensor coo = at::_convert_indices_from_csr_to_coo(csr ? s.crow_indices() : s.ccol_indices(),
                                                     csr ? s.col_indices() : s.row_indices(), false, !csr);
@@ -114,6 +126,99 @@ Tensor SparseCompressedToDense(const Tensor& self, std::optional<at::ScalarType>
   auto [rows, cols] = RowsAndColumns(self);
   Tensor dense = at::zeros(self.sizes(), self.options().layout(at::kStrided));
   return dense.index_put_({rows, cols}, self.values(), /*accumulate=*/true);
+}
+
+// COO to_dense: zeros with every stored value (slice, for dense dimensions) added at its index;
+// duplicates of an uncoalesced tensor add up, as on the CPU.
+Tensor SparseCooToDense(const Tensor& self, std::optional<at::ScalarType> dtype, std::optional<bool> masked_grad) {
+  TORCH_CHECK(!dtype.has_value(), "dtype argument is not supported by sparse_to_dense");
+  RefuseUnless(self.sparse_dim() > 0, "aten::_to_dense", self, "tensors with sparse dimensions");
+  Tensor indices = self._indices();
+  c10::List<std::optional<Tensor>> at_index;
+  for (int64_t d = 0; d < self.sparse_dim(); ++d) at_index.push_back(indices[d]);
+  Tensor dense = at::zeros(self.sizes(), self.options().layout(at::kStrided));
+  return dense.index_put_(at_index, self._values(), /*accumulate=*/true);
+}
+
+// dense -> COO over the first `sparse_dim` dimensions: the indices where any value is nonzero
+// (row-major, so coalesced; one host read of their count, as on CUDA) and the values there.
+Tensor DenseToSparseCoo(const Tensor& self, int64_t sparse_dim) {
+  TORCH_CHECK(sparse_dim >= 0 && sparse_dim <= self.dim(), "to_sparse: sparse_dim argument must be in [0,",
+              self.dim(), "] range, but ", sparse_dim, " is given");
+  TORCH_CHECK(sparse_dim > 0 || self.dim() == 0, "to_sparse: sparse_dim argument must be in >0 when self.dim()>0");
+  TORCH_CHECK_NOT_IMPLEMENTED(sparse_dim > 0, "tpu: to_sparse of a 0-d tensor is not supported on tpu; convert on "
+                              "the CPU");
+  Tensor nonzero = self.ne(0);
+  if (sparse_dim < self.dim()) nonzero = nonzero.flatten(sparse_dim).any(-1);
+  Tensor indices = at::nonzero(nonzero).t().contiguous();
+  c10::List<std::optional<Tensor>> at_index;
+  for (int64_t d = 0; d < sparse_dim; ++d) at_index.push_back(indices[d]);
+  Tensor values = at::index(self, at_index);
+  return at::_sparse_coo_tensor_unsafe(indices, values, self.sizes(), values.options().layout(at::kSparse), true);
+}
+
+Tensor DenseToSparseDims(const Tensor& self, int64_t sparse_dim) { return DenseToSparseCoo(self, sparse_dim); }
+
+Tensor DenseToSparseCsr(const Tensor& self, std::optional<int64_t> dense_dim);
+
+// to_sparse(layout=...): COO and CSR here; the other layouts take their own ops.
+Tensor DenseToSparse(const Tensor& self, std::optional<at::Layout> layout, at::OptionalIntArrayRef blocksize,
+                     std::optional<int64_t> dense_dim) {
+  at::Layout to = layout.value_or(at::kSparse);
+  if (to == at::kSparse) {
+    TORCH_CHECK(!blocksize.has_value(), "to_sparse: blocksize is not supported for the sparse_coo layout");
+    return DenseToSparseCoo(self, self.dim() - dense_dim.value_or(0));
+  }
+  if (to == at::kSparseCsr) return DenseToSparseCsr(self, dense_dim);
+  if (to == at::kSparseCsc) return self._to_sparse_csc(dense_dim);
+  TORCH_CHECK(blocksize.has_value(), "to_sparse: blocksize needs to be given for the ", to, " layout");
+  return to == at::kSparseBsr ? self._to_sparse_bsr(*blocksize, dense_dim)
+                              : self._to_sparse_bsc(*blocksize, dense_dim);
+}
+
+// coalesce: one entry per index in row-major order, duplicates' values summed: unique of the
+// linearized indices (one host read of their count) and an index_add (f32 for f16/bf16).
+Tensor SparseCoalesce(const Tensor& self) {
+  Tensor indices = self._indices(), values = self._values();
+  int64_t sparse_dim = self.sparse_dim();
+  Tensor linear = at::zeros({self._nnz()}, indices.options());
+  for (int64_t d = 0; d < sparse_dim; ++d) linear = linear * self.size(d) + indices[d];
+  auto [unique, inverse, counts] = at::_unique2(linear, /*sorted=*/true, /*return_inverse=*/true, false);
+  std::vector<int64_t> shape = values.sizes().vec();
+  shape[0] = unique.size(0);
+  at::ScalarType acc = at::toOpMathType(values.scalar_type());
+  Tensor summed = at::zeros(shape, values.options().dtype(acc)).index_add_(0, inverse, values.to(acc));
+  std::vector<Tensor> rows(sparse_dim);
+  for (int64_t d = sparse_dim - 1; d >= 0; --d) {
+    rows[d] = unique.remainder(self.size(d));
+    unique = unique.div(self.size(d), "floor");
+  }
+  Tensor coalesced = sparse_dim ? at::stack(rows) : indices.clone();
+  return at::_sparse_coo_tensor_unsafe(coalesced, summed.to(values.scalar_type()), self.sizes(),
+                                       values.options().layout(at::kSparse), true);
+}
+
+// sparse_mask(dense, mask): dense's values at mask's stored indices, in mask's layout (what
+// autograd turns a dense gradient of a sparse result into).
+Tensor SparseMask(const Tensor& self, const Tensor& mask) {
+  TORCH_CHECK(self.sizes() == mask.sizes(), "sparse_mask(): operands have incompatible sizes; self has size ",
+              self.sizes(), " but mask has size ", mask.sizes());
+  RefuseUnless(self.layout() == at::kStrided && (mask.layout() == at::kSparse ? mask.sparse_dim() > 0
+                                                                               : IsPlainMatrix(mask)),
+               "aten::sparse_mask", mask, "a dense tensor masked by a COO tensor or a 2-D CSR/CSC matrix");
+  if (mask.layout() == at::kSparse) {
+    Tensor m = mask.is_coalesced() ? mask : mask.coalesce();
+    Tensor indices = m._indices();
+    c10::List<std::optional<Tensor>> at_index;
+    for (int64_t d = 0; d < m.sparse_dim(); ++d) at_index.push_back(indices[d]);
+    Tensor values = at::index(self, at_index);
+    return at::_sparse_coo_tensor_unsafe(indices.clone(), values, m.sizes(), values.options().layout(at::kSparse), true);
+  }
+  auto [rows, cols] = RowsAndColumns(mask);
+  auto [compressed, plain] = at::sparse_csr::getCompressedPlainIndices(mask);
+  Tensor values = at::index(self, {rows, cols});
+  return at::_sparse_compressed_tensor_unsafe(compressed.clone(), plain.clone(), values, mask.sizes(),
+                                              values.options().layout(mask.layout()));
 }
 
 // dense -> CSR of a 2-D matrix: the nonzero entries in row-major order (one host read of their
@@ -144,10 +249,10 @@ Tensor SparseMm(const Tensor& mat1, const Tensor& mat2) {
   const Tensor& sparse = left ? mat1 : mat2;
   const Tensor& dense = left ? mat2 : mat1;
   RefuseUnless(IsPlainMatrix(sparse) && dense.layout() == at::kStrided, "aten::mm", sparse,
-               "a 2-D CSR or CSC matrix without batch or dense dimensions times a dense matrix");
+               "a 2-D COO, CSR or CSC matrix without batch or dense dimensions times a dense matrix");
   auto [rows, cols] = RowsAndColumns(sparse);
   at::ScalarType acc = at::toOpMathType(dense.scalar_type());
-  Tensor values = sparse.values().to(acc);
+  Tensor values = StoredValues(sparse).to(acc);
   Tensor out = at::zeros({mat1.size(0), mat2.size(1)}, dense.options().dtype(acc));
   if (left)
     out.index_add_(0, rows, dense.index_select(0, cols).to(acc) * values.unsqueeze(1));
@@ -235,8 +340,11 @@ Tensor SparseMul(const Tensor& self, const Tensor& other) {
   const Tensor& sparse = left ? self : other;
   const Tensor& scalar = left ? other : self;
   RefuseUnless(scalar.layout() == at::kStrided && scalar.dim() == 0, "aten::mul", sparse, "a product with a scalar");
+  Tensor values = StoredValues(sparse).mul(scalar);
+  if (sparse.layout() == at::kSparse)
+    return at::_sparse_coo_tensor_unsafe(sparse._indices().clone(), values, sparse.sizes(),
+                                         values.options().layout(at::kSparse), sparse.is_coalesced());
   auto [compressed, plain] = at::sparse_csr::getCompressedPlainIndices(sparse);
-  Tensor values = sparse.values().mul(scalar);
   return at::_sparse_compressed_tensor_unsafe(compressed.clone(), plain.clone(), values, sparse.sizes(),
                                               values.options().layout(sparse.layout()));
 }
@@ -290,14 +398,40 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
   m.impl("row_indices", TORCH_FN(at::native::row_indices_sparse_csr));
   m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
+  m.impl("sparse_mask", TORCH_FN(SparseMask));
   m.impl("sparse_sampled_addmm", TORCH_FN(SparseSampledAddmm));
   m.impl("sparse_sampled_addmm.out", TORCH_FN(SparseSampledAddmmOut));
   m.impl("values", TORCH_FN(at::native::values_sparse_csr));
   m.impl("zero_", TORCH_FN(at::native::zero_sparse_csr_));
 }
 
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  m.impl("_coalesce", TORCH_FN(SparseCoalesce));
+  m.impl("_coalesced_", TORCH_FN(at::native::_coalesced_sparse_));
+  m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
+  m.impl("_to_dense", TORCH_FN(SparseCooToDense));
+  m.impl("_values", TORCH_FN(at::native::_values_sparse));
+  m.impl("addmm", TORCH_FN(SparseAddmm));
+  m.impl("clone", TORCH_FN(at::native::clone_sparse));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse));
+  m.impl("indices", TORCH_FN(at::native::indices_sparse));
+  m.impl("is_coalesced", TORCH_FN(at::native::is_coalesced_sparse));
+  m.impl("mm", TORCH_FN(SparseMm));
+  m.impl("mul.Tensor", TORCH_FN(SparseMul));
+  m.impl("mv", TORCH_FN(SparseMv));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("sparse_mask", TORCH_FN(SparseMask));
+  m.impl("values", TORCH_FN(at::native::values_sparse));
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_convert_indices_from_csr_to_coo", TORCH_FN(ConvertIndicesFromCsrToCoo));
+  m.impl("_to_sparse", TORCH_FN(DenseToSparse));
+  m.impl("_to_sparse.sparse_dim", TORCH_FN(DenseToSparseDims));
   m.impl("_to_sparse_csr", TORCH_FN(DenseToSparseCsr));
 }
 
