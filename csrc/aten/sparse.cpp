@@ -159,23 +159,6 @@ Tensor DenseToSparseCoo(const Tensor& self, int64_t sparse_dim) {
 
 Tensor DenseToSparseDims(const Tensor& self, int64_t sparse_dim) { return DenseToSparseCoo(self, sparse_dim); }
 
-Tensor DenseToSparseCsr(const Tensor& self, std::optional<int64_t> dense_dim);
-
-// to_sparse(layout=...): COO and CSR here; the other layouts take their own ops.
-Tensor DenseToSparse(const Tensor& self, std::optional<at::Layout> layout, at::OptionalIntArrayRef blocksize,
-                     std::optional<int64_t> dense_dim) {
-  at::Layout to = layout.value_or(at::kSparse);
-  if (to == at::kSparse) {
-    TORCH_CHECK(!blocksize.has_value(), "to_sparse: blocksize is not supported for the sparse_coo layout");
-    return DenseToSparseCoo(self, self.dim() - dense_dim.value_or(0));
-  }
-  if (to == at::kSparseCsr) return DenseToSparseCsr(self, dense_dim);
-  if (to == at::kSparseCsc) return self._to_sparse_csc(dense_dim);
-  TORCH_CHECK(blocksize.has_value(), "to_sparse: blocksize needs to be given for the ", to, " layout");
-  return to == at::kSparseBsr ? self._to_sparse_bsr(*blocksize, dense_dim)
-                              : self._to_sparse_bsc(*blocksize, dense_dim);
-}
-
 // coalesce: one entry per index in row-major order, duplicates' values summed: unique of the
 // linearized indices (one host read of their count) and an index_add (f32 for f16/bf16).
 Tensor SparseCoalesce(const Tensor& self) {
@@ -193,7 +176,7 @@ Tensor SparseCoalesce(const Tensor& self) {
     rows[d] = unique.remainder(self.size(d));
     unique = unique.div(self.size(d), "floor");
   }
-  Tensor coalesced = sparse_dim ? at::stack(rows) : indices.clone();
+  Tensor coalesced = sparse_dim ? at::stack(rows) : at::zeros({0, unique.size(0)}, indices.options());
   return at::_sparse_coo_tensor_unsafe(coalesced, summed.to(values.scalar_type()), self.sizes(),
                                        values.options().layout(at::kSparse), true);
 }
@@ -212,7 +195,8 @@ Tensor SparseMask(const Tensor& self, const Tensor& mask) {
     c10::List<std::optional<Tensor>> at_index;
     for (int64_t d = 0; d < m.sparse_dim(); ++d) at_index.push_back(indices[d]);
     Tensor values = at::index(self, at_index);
-    return at::_sparse_coo_tensor_unsafe(indices.clone(), values, m.sizes(), values.options().layout(at::kSparse), true);
+    return at::_sparse_coo_tensor_unsafe(indices.clone(), values, m.sizes(), values.options().layout(at::kSparse),
+                                         true);
   }
   auto [rows, cols] = RowsAndColumns(mask);
   auto [compressed, plain] = at::sparse_csr::getCompressedPlainIndices(mask);
@@ -235,7 +219,22 @@ Tensor DenseToSparseCsr(const Tensor& self, std::optional<int64_t> dense_dim) {
   return at::_sparse_csr_tensor_unsafe(crow, cols, values, self.sizes(), values.options().layout(at::kSparseCsr));
 }
 
-// mat1 @ mat2 with one operand a CSR/CSC matrix and the other dense: each stored (r, c, v) adds
+// to_sparse(layout=...): COO and CSR here; the other layouts take their own ops.
+Tensor DenseToSparse(const Tensor& self, std::optional<at::Layout> layout, at::OptionalIntArrayRef blocksize,
+                     std::optional<int64_t> dense_dim) {
+  at::Layout to = layout.value_or(at::kSparse);
+  if (to == at::kSparse) {
+    TORCH_CHECK(!blocksize.has_value(), "to_sparse: blocksize is not supported for the sparse_coo layout");
+    return DenseToSparseCoo(self, self.dim() - dense_dim.value_or(0));
+  }
+  if (to == at::kSparseCsr) return DenseToSparseCsr(self, dense_dim);
+  if (to == at::kSparseCsc) return self._to_sparse_csc(dense_dim);
+  TORCH_CHECK(blocksize.has_value(), "to_sparse: blocksize needs to be given for the ", to, " layout");
+  return to == at::kSparseBsr ? self._to_sparse_bsr(*blocksize, dense_dim)
+                              : self._to_sparse_bsc(*blocksize, dense_dim);
+}
+
+// mat1 @ mat2 with one operand a COO/CSR/CSC matrix and the other dense: each stored (r, c, v) adds
 // v * mat2[c, :] to row r (sparse on the left), or mat1[:, r] * v to column c (on the right).
 // A gather and a segment sum (index_add); f16/bf16 accumulate in f32 (rule 10).
 Tensor SparseMm(const Tensor& mat1, const Tensor& mat2) {
