@@ -211,3 +211,17 @@ def test_sparse_coo_products_and_gradients():
     assert_same(tb.grad, b.grad)
     d.to_sparse().to_dense().mul(torch.arange(4.0)).sum().backward()
     assert_same(td.grad, d.grad)
+
+
+@pytest.mark.parametrize("layout", ["to_sparse", "to_sparse_csr"])
+def test_gradient_of_the_sparse_values(layout):
+    """Learnable edge weights (GNN style): the gradient of a sparse operand's values, as a
+    sparse tensor with its indices (autograd's sparse_mask)."""
+    d, b = _matrix(), torch.randn(4, 3)
+    a = getattr(d, layout)().requires_grad_()
+    torch.sparse.mm(a, b).sin().sum().backward()
+    with native():
+        x = getattr(d.to(TPU), layout)().requires_grad_()
+        torch.sparse.mm(x, b.to(TPU)).sin().sum().backward()
+        assert x.grad.layout == a.grad.layout
+        assert_same(x.grad.to_dense(), a.grad.to_dense())
