@@ -46,6 +46,10 @@ void SynchronizeDevice(int device);
 [[noreturn]] void RaiseCheckFailure(const runtime::CheckFailed& failed);
 // Raises the first failed check guarding the storage's value (runtime/device_checks.h).
 void RaiseChecksOf(const runtime::TpuStorage* storage);
+// Lets Python's signal handlers run while the main thread waits on the device
+// (csrc/runtime/long_wait.h): a KeyboardInterrupt they raise abandons the wait and reaches the
+// caller as itself. Called once, when torch_tpu._C is imported.
+void InstallWaitInterruptCheck();
 
 // The (seed, offset) a random op uses; advances the generator's offset by `increment`.
 std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>& gen, int device,

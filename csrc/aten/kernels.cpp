@@ -30,6 +30,7 @@
 #include "common.h"
 #include "dispatch.h"
 #include "../runtime/env.h"
+#include "../runtime/long_wait.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -167,6 +168,35 @@ void ForgetOrphanedModules() {
   PyErr_Clear();
 }
 }  // namespace
+
+namespace {
+unsigned long g_main_thread = 0;  // Python runs signal handlers on this thread only
+
+bool PythonFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// The GIL is taken only for the check itself: the waiting thread released it, so other Python
+// threads keep running. A handler's exception (KeyboardInterrupt from the default SIGINT
+// handler, or whatever a user's handler raises) is saved, and torch restores it at the top.
+void CheckPythonSignals() {
+  if (PyThread_get_thread_ident() != g_main_thread || !Py_IsInitialized() || PythonFinalizing()) return;
+  pybind11::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() == 0) return;
+  python_error interrupted;
+  interrupted.persist();
+  throw interrupted;
+}
+}  // namespace
+
+void InstallWaitInterruptCheck() {
+  g_main_thread = pybind11::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  runtime::SetWaitInterruptCheck(CheckPythonSignals);
+}
 
 void RethrowAsTorchError(const std::exception& e, const std::string& what) {
   // A failed device-side assert raises its own message, as a CUDA device assert would.

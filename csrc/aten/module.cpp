@@ -70,6 +70,7 @@ py::dict MetricsDict() {
 
 PYBIND11_MODULE(_C, m) {
   using namespace tpu;
+  aten::InstallWaitInterruptCheck();
   m.def("_configure", [](const std::string& plugin_path, int num_devices) {
     runtime::Runtime::Configure({plugin_path, num_devices});
   });

@@ -2,8 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace tpu::pjrt {
 namespace {
@@ -36,14 +40,84 @@ void DestroyEvent(const PJRT_Api* api, PJRT_Event* event) {
   DropError(api, err);
 }
 
-// Waits for `event`, destroys it, and throws its error if it carries one.
-void AwaitEvent(const Plugin& plugin, PJRT_Event* event, const char* what) {
+bool EventIsReady(const PJRT_Api* api, PJRT_Event* event) {
+  auto args = Args<PJRT_Event_IsReady_Args>();
+  args.event = event;
+  PJRT_Error* err = api->PJRT_Event_IsReady(&args);
+  if (err) {
+    DropError(api, err);
+    return true;  // whoever waits on it sees the error
+  }
+  return args.is_ready;
+}
+
+// Set by an OnReady callback. The callback co-owns it, so it outlives an abandoned wait.
+struct Readiness {
+  const PJRT_Api* api;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+};
+
+void OnEventReady(PJRT_Error* error, void* arg) {
+  auto* owner = static_cast<std::shared_ptr<Readiness>*>(arg);
+  std::shared_ptr<Readiness> r = std::move(*owner);
+  delete owner;
+  DropError(r->api, error);  // the wait reads the event's status itself once it is ready
+  std::lock_guard<std::mutex> lock(r->mu);
+  r->ready = true;
+  r->cv.notify_all();
+}
+
+// Returns once `event` is ready, calling the plugin's wait observer every 50 ms meanwhile; the
+// observer may throw, which abandons the wait. Ready at once (most waits): no callback at all.
+void WaitUntilReady(const Plugin& plugin, PJRT_Event* event, const char* what) {
+  const WaitObserver& observer = plugin.wait_observer();
+  const PJRT_Api* api = plugin.api();
+  if (!observer || !PJRT_HAS(api, PJRT_Event_IsReady) || EventIsReady(api, event)) return;
+  constexpr auto kPoll = std::chrono::milliseconds(50);
+  auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  if (!PJRT_HAS(api, PJRT_Event_OnReady)) {
+    for (auto sleep = std::chrono::microseconds(100); !EventIsReady(api, event);) {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min<std::chrono::microseconds>(sleep * 2, kPoll);
+      if (sleep == kPoll) observer(seconds(), what);
+    }
+    return;
+  }
+  auto readiness = std::make_shared<Readiness>();
+  readiness->api = api;
+  auto on_ready = Args<PJRT_Event_OnReady_Args>();
+  on_ready.event = event;
+  on_ready.callback = OnEventReady;
+  on_ready.user_arg = new std::shared_ptr<Readiness>(readiness);
+  if (PJRT_Error* err = api->PJRT_Event_OnReady(&on_ready)) {
+    delete static_cast<std::shared_ptr<Readiness>*>(on_ready.user_arg);
+    DropError(api, err);
+    return;  // the blocking wait that follows still waits
+  }
+  std::unique_lock<std::mutex> lock(readiness->mu);
+  while (!readiness->cv.wait_for(lock, kPoll, [&] { return readiness->ready; })) {
+    lock.unlock();
+    observer(seconds(), what);
+    lock.lock();
+  }
+}
+
+// Waits for `event` (abandonably when `observed`), destroys it, and throws its error if it
+// carries one.
+void AwaitEvent(const Plugin& plugin, PJRT_Event* event, const char* what, bool observed = true) {
   if (event == nullptr) return;
+  struct Owned {
+    const PJRT_Api* api;
+    PJRT_Event* event;
+    ~Owned() { DestroyEvent(api, event); }
+  } owned{plugin.api(), event};
+  if (observed) WaitUntilReady(plugin, event, what);
   auto args = Args<PJRT_Event_Await_Args>();
   args.event = event;
-  PJRT_Error* err = plugin.api()->PJRT_Event_Await(&args);
-  DestroyEvent(plugin.api(), event);
-  plugin.Check(err, what);
+  plugin.Check(plugin.api()->PJRT_Event_Await(&args), what);
 }
 
 void AppendVarint(std::string& out, uint64_t v) {
@@ -145,8 +219,11 @@ void Buffer::ToHost(void* dst, size_t nbytes) const {
   args.src = raw_;
   args.dst = dst;
   args.dst_size = nbytes;
+  // The value is computed first (a wait that may be abandoned); the transfer writes into `dst`
+  // from a plugin thread, so its own wait never is.
+  Await();
   plugin_->Check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer");
-  AwaitEvent(*plugin_, args.event, "device to host transfer");
+  AwaitEvent(*plugin_, args.event, "device to host transfer", false);
 }
 
 // A transfer through the plugin hands the copy to one of its threads and waits for it: tens of
@@ -211,18 +288,10 @@ Executable::~Executable() {
 
 Event::~Event() { DestroyEvent(plugin_->api(), raw_); }
 
-bool Event::IsReady() const {
-  auto args = Args<PJRT_Event_IsReady_Args>();
-  args.event = raw_;
-  PJRT_Error* err = plugin_->api()->PJRT_Event_IsReady(&args);
-  if (err) {
-    DropError(plugin_->api(), err);
-    return true;
-  }
-  return args.is_ready;
-}
+bool Event::IsReady() const { return EventIsReady(plugin_->api(), raw_); }
 
 void Event::AwaitIgnoringError() const {
+  WaitUntilReady(*plugin_, raw_, "device computation");
   auto args = Args<PJRT_Event_Await_Args>();
   args.event = raw_;
   PJRT_Error* err = plugin_->api()->PJRT_Event_Await(&args);

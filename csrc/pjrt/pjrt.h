@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,15 @@ class Error : public std::runtime_error {
   int code_;
 };
 
+// Watches a wait on the device that lasts: called about every 50 ms while a wait that is
+// allowed to be abandoned goes on, with the seconds waited so far and what is waited on
+// ("device computation"). It may throw to abandon the wait (a Ctrl-C): the computation keeps
+// running in the plugin and every buffer it writes stays owned, so a later wait on the same
+// value waits again or finds it ready. Waits whose abandonment would let the plugin write into
+// memory the caller frees (a transfer into a host buffer) are never abandoned. This is the one
+// call that goes up the layers: interrupts and notices belong above (csrc/runtime, csrc/aten).
+using WaitObserver = std::function<void(double seconds, const char* what)>;
+
 // A loaded plugin: the dlopen handle and its PJRT_Api table. Never unloaded (plugins
 // keep threads and static state that do not survive dlclose).
 class Plugin {
@@ -37,10 +47,14 @@ class Plugin {
   // is then read with a plain copy instead of a transfer that the plugin's threads perform.
   bool host_addressable() const { return host_addressable_; }
   void set_host_addressable(bool value) { host_addressable_ = value; }
+  // Set once, before the first wait (Runtime's constructor); none: waits block in the plugin.
+  void set_wait_observer(WaitObserver observer) { wait_observer_ = std::move(observer); }
+  const WaitObserver& wait_observer() const { return wait_observer_; }
 
  private:
   const PJRT_Api* api_ = nullptr;
   bool host_addressable_ = false;
+  WaitObserver wait_observer_;
   std::string path_;
 };
 
@@ -58,7 +72,8 @@ class Buffer {
   PJRT_Buffer_Type element_type() const;
   // Copies the whole buffer to `dst` (row-major), waiting for completion.
   void ToHost(void* dst, size_t nbytes) const;
-  // Waits until the buffer's value is computed; throws the computation's error if any.
+  // Waits until the buffer's value is computed; throws the computation's error if any. The
+  // plugin's wait observer may abandon the wait (then it throws what the observer threw).
   void Await() const;
   // Whether the value is computed (or its computation failed), without waiting.
   bool IsReady() const;
@@ -79,7 +94,8 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   bool IsReady() const;  // also true once it failed
-  // Waits; the error it carries, if any, is dropped: whoever reads a value sees it there.
+  // Waits; the error it carries, if any, is dropped: whoever reads a value sees it there. The
+  // plugin's wait observer may abandon the wait (then it throws what the observer threw).
   void AwaitIgnoringError() const;
 
  private:

@@ -39,9 +39,9 @@ DeviceCheck::State DeviceCheck::Poll(bool wait, bool flush) {
   uint8_t failed = 0;
   try {
     flag->ToHost(&failed, 1);
-  } catch (const std::exception&) {
+  } catch (const pjrt::Error&) {
     failed = 0;  // the program itself failed: its outputs report that error
-  }
+  }  // anything else (an interrupted wait) propagates: the check stays unknown
   std::lock_guard<std::mutex> lock(mu_);
   state_ = failed ? State::Failed : State::Passed;
   flag_.reset();

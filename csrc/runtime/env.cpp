@@ -72,6 +72,22 @@ int64_t ParseBytes(const std::string& name, const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
+double ParseSeconds(const std::string& name, const std::string& text) {
+  std::string t = Trim(text);
+  char* end = nullptr;
+  errno = 0;
+  double seconds = t.empty() ? 0 : std::strtod(t.c_str(), &end);
+  bool parsed = !t.empty() && *end == '\0' && errno != ERANGE && std::isfinite(seconds) && seconds >= 0;
+  // strtod also reads "inf", "nan" and hex floats: only plain decimal numbers are durations.
+  for (const char* p = t.c_str(); parsed && p < end; ++p)
+    parsed = std::isdigit(static_cast<unsigned char>(*p)) || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' ||
+             *p == '-';
+  if (!parsed) {
+    throw EnvError(name + "='" + text + "' is not a duration: expected a number of seconds from 0, e.g. 5 or 0.5");
+  }
+  return seconds;
+}
+
 std::optional<int64_t> EnvInt(const char* name, int64_t min, int64_t max) {
   const char* v = std::getenv(name);
   if (v == nullptr || Trim(v).empty()) return std::nullopt;
@@ -82,6 +98,12 @@ std::optional<int64_t> EnvBytes(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || Trim(v).empty()) return std::nullopt;
   return ParseBytes(name, v);
+}
+
+std::optional<double> EnvSeconds(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || Trim(v).empty()) return std::nullopt;
+  return ParseSeconds(name, v);
 }
 
 }  // namespace tpu::runtime

@@ -21,8 +21,11 @@ std::optional<int64_t> EnvInt(const char* name, int64_t min, int64_t max);
 // B, KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024); "2GiB", "100MB".
 // Fractions round down to whole bytes. nullopt when unset or empty.
 std::optional<int64_t> EnvBytes(const char* name);
+// A duration in seconds: a non-negative decimal number (0.5, 5, 1e1). nullopt when unset or empty.
+std::optional<double> EnvSeconds(const char* name);
 // The same parsers over a given text (for tests and values that do not come from getenv).
 int64_t ParseInt(const std::string& name, const std::string& text, int64_t min, int64_t max);
 int64_t ParseBytes(const std::string& name, const std::string& text);
+double ParseSeconds(const std::string& name, const std::string& text);
 
 }  // namespace tpu::runtime

@@ -16,7 +16,21 @@ int64_t FusedOpLimit() {
   return limit;
 }
 
+thread_local int t_graph_locks = 0;
+
+// graph_mu_, counted per thread for HoldsGraph.
+class GraphLock {
+ public:
+  explicit GraphLock(std::recursive_mutex& mu) : lock_(mu) { ++t_graph_locks; }
+  ~GraphLock() { --t_graph_locks; }
+
+ private:
+  std::lock_guard<std::recursive_mutex> lock_;
+};
+
 }  // namespace
+
+bool Executor::HoldsGraph() { return t_graph_locks > 0; }
 
 int Program::NextId() {
   static std::atomic<int> next_id{0};
@@ -46,7 +60,7 @@ void Executor::Submit(const Request& request) {
     Run(request);
     return;
   }
-  std::lock_guard<std::recursive_mutex> lock(graph_mu_);
+  GraphLock lock(graph_mu_);
   if (!graph_->empty() && graph_->device() != request.device) graph_->Flush("another device");
   graph_->Record(request);
   GetMetrics().ops_recorded++;
@@ -71,6 +85,7 @@ std::vector<CheckPtr> Executor::NewChecks(const Program& p) {
 std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   Program& p = *request.program;
   const pjrt::ExecutablePtr& exe = p.Compiled();
+  Runtime::Get().AwaitRoom(request.device);  // an interrupt here leaves nothing half done
   CheckSet guards = InputChecks(request);  // before the writes replace what they read
   std::vector<pjrt::BufferPtr> keep;
   keep.reserve(p.params.size());
@@ -82,7 +97,7 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   std::vector<PJRT_Buffer*> raw;
   raw.reserve(keep.size());
   for (const auto& b : keep) raw.push_back(b->raw());
-  std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw);
+  std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw, p.name);
   GetMetrics().executions++;
 
   std::vector<CheckPtr> fresh = NewChecks(p);
@@ -107,7 +122,7 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
 }
 
 void Executor::Flush(const char* cause) {
-  std::lock_guard<std::recursive_mutex> lock(graph_mu_);
+  GraphLock lock(graph_mu_);
   graph_->Flush(cause);
 }
 

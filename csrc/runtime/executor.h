@@ -69,6 +69,11 @@ class Executor {
   // serves every program that takes it. `upload` makes the buffer on a miss.
   pjrt::BufferPtr ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload);
 
+  // Whether this thread holds the open graph's lock (recording or flushing). A wait then is not
+  // interrupted (long_wait.h): the interrupt check takes the GIL, which a thread blocked on this
+  // lock may hold.
+  static bool HoldsGraph();
+
  private:
   Executor();
   std::atomic<int> mode_{static_cast<int>(Mode::kFused)};  // the default: passes the suite, fastest

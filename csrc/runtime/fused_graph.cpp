@@ -153,16 +153,19 @@ void FusedGraph::Flush(const char* cause) {
     g_fused[key_] = fused;
     if (hot) metrics.fused_graphs_compiled++;
   }
+  Runtime& rt = Runtime::Get();
+  rt.AwaitRoom(device_);
   std::vector<pjrt::BufferPtr> params = std::move(params_);  // alive until Execute returns
   std::vector<PJRT_Buffer*> raw;
   for (const auto& b : params) raw.push_back(b->raw());
-  Runtime& rt = Runtime::Get();
   int device = device_;
   std::vector<std::pair<int, CheckPtr>> checks = std::move(checks_);
+  std::string name = "fused graph of " + std::to_string(calls_.size()) + (calls_.size() > 1 ? " ops" : " op") +
+                     " ending in " + calls_.back().program->name;
   Reset();  // before running: a failure must not leave the graph half-flushed
   std::vector<pjrt::BufferPtr> outs;
   try {
-    outs = rt.Execute(*fused->exe, device, raw);
+    outs = rt.Execute(*fused->exe, device, raw, name);
   } catch (const std::exception&) {
     for (auto& c : checks) c.second->Abandon();
     throw;
@@ -211,9 +214,10 @@ void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& tar
   for (size_t k = 0; k < calls.size(); ++k) {
     const Call& c = calls[k];
     try {
+      rt.AwaitRoom(device);
       std::vector<PJRT_Buffer*> raw;
       for (int a : c.args) raw.push_back(values[a]->raw());
-      std::vector<pjrt::BufferPtr> outs = rt.Execute(*c.program->Compiled(), device, raw);
+      std::vector<pjrt::BufferPtr> outs = rt.Execute(*c.program->Compiled(), device, raw, c.program->name);
       GetMetrics().executions++;
       for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
       for (int a : c.args)

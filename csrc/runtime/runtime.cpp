@@ -12,6 +12,7 @@
 #include "disk_cache.h"
 #include "executor.h"
 #include "env.h"
+#include "long_wait.h"
 #include "metrics.h"
 
 namespace tpu::runtime {
@@ -173,7 +174,10 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   (void)EnvBytes("TORCH_TPU_CACHE_MAX_BYTES");
   (void)EnvInt("TORCH_TPU_FUSED_MAX_OPS", 1, INT64_MAX);  // read by fused mode, checked in every mode
   (void)EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX);
+  double wait_notice_s = EnvSeconds("TORCH_TPU_WAIT_NOTICE_S").value_or(5.0);
   auto plugin = pjrt::Plugin::Load(config_.plugin_path);
+  const char* quiet = std::getenv("TORCH_TPU_QUIET");
+  ObserveLongWaits(*plugin, wait_notice_s, quiet && *quiet && std::string(quiet) != "0");
   // Only the CPU plugin knows cpu_device_count; it is the one whose path says so.
   bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;
   client_ = std::make_unique<pjrt::Client>(plugin, is_cpu_plugin ? config_.num_devices : 0);
@@ -354,17 +358,33 @@ TpuStorage* Runtime::Lookup(uintptr_t address) {
 }
 
 std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int device,
-                                              const std::vector<PJRT_Buffer*>& args) {
+                                              const std::vector<PJRT_Buffer*>& args, const std::string& name) {
   pjrt::EventPtr done;
+  auto start = std::chrono::steady_clock::now();
   std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done);
   if (done == nullptr) return outputs;
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   if (in_flight_.size() <= static_cast<size_t>(device)) in_flight_.resize(device + 1);
   auto& queue = in_flight_[device];
   // Finished executions are dropped from the front, which keeps the queue short.
-  while (!queue.empty() && queue.front()->IsReady()) queue.pop_front();
-  queue.push_back(std::move(done));
+  while (!queue.empty() && queue.front().done->IsReady()) queue.pop_front();
+  queue.push_back({std::move(done), name, start});
   return outputs;
+}
+
+void Runtime::AwaitRoom(int device) {
+  for (;;) {
+    pjrt::EventPtr oldest;
+    {
+      std::lock_guard<std::mutex> lock(in_flight_mu_);
+      if (in_flight_.size() <= static_cast<size_t>(device)) return;
+      auto& queue = in_flight_[device];
+      while (!queue.empty() && queue.front().done->IsReady()) queue.pop_front();
+      if (queue.size() < kMaxRunning) return;
+      oldest = queue.front().done;
+    }
+    oldest->AwaitIgnoringError();
+  }
 }
 
 void Runtime::AwaitExecutions(int device) {
@@ -373,19 +393,44 @@ void Runtime::AwaitExecutions(int device) {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
     for (size_t d = 0; d < in_flight_.size(); ++d) {
       if (device >= 0 && static_cast<size_t>(device) != d) continue;
-      pending.insert(pending.end(), in_flight_[d].begin(), in_flight_[d].end());
-      in_flight_[d].clear();
+      for (const Execution& e : in_flight_[d]) pending.push_back(e.done);
     }
   }
-  for (auto& event : pending) event->AwaitIgnoringError();
+  for (auto& event : pending) event->AwaitIgnoringError();  // may be abandoned: they stay queued
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  for (size_t d = 0; d < in_flight_.size(); ++d) {
+    auto& queue = in_flight_[d];
+    while (!queue.empty() && queue.front().done->IsReady()) queue.pop_front();
+  }
 }
 
 int Runtime::ExecutionsInFlight(int device) {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   if (device < 0 || static_cast<size_t>(device) >= in_flight_.size()) return 0;
   int count = 0;
-  for (const auto& event : in_flight_[device]) count += event->IsReady() ? 0 : 1;
+  for (const Execution& e : in_flight_[device]) count += e.done->IsReady() ? 0 : 1;
   return count;
+}
+
+bool Runtime::OldestRunning(Running* out) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  const Execution* oldest = nullptr;
+  int running = 0;
+  for (size_t d = 0; d < in_flight_.size(); ++d) {
+    for (const Execution& e : in_flight_[d]) {
+      if (e.done->IsReady()) continue;
+      running++;
+      if (oldest == nullptr || e.start < oldest->start) {
+        oldest = &e;
+        out->device = static_cast<int>(d);
+      }
+    }
+  }
+  if (oldest == nullptr) return false;
+  out->name = oldest->name;
+  out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest->start).count();
+  out->others = running - 1;
+  return true;
 }
 
 void Runtime::ForEachStorage(const std::function<void(TpuStorage*)>& fn) {

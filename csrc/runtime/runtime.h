@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -98,13 +99,28 @@ class Runtime {
   bool MappingsTight();
 
   // Runs `exe` on `device` (asynchronously) and remembers the execution until it finishes, so
-  // that AwaitExecutions can wait for programs whose outputs nobody kept.
-  std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe, int device,
-                                       const std::vector<PJRT_Buffer*>& args);
-  // Waits for every execution started on `device` (all devices when negative).
+  // that AwaitExecutions can wait for programs whose outputs nobody kept; `name` (the op or
+  // graph) says what the device runs when a wait on it lasts (long_wait.h).
+  std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe, int device, const std::vector<PJRT_Buffer*>& args,
+                                       const std::string& name);
+  // Waits (abandonably, long_wait.h) until fewer than kMaxRunning executions run on `device`.
+  // Call before Execute: past their own limit plugins block inside Execute (the CPU plugin at
+  // 32), a wait nobody can observe or interrupt.
+  static constexpr size_t kMaxRunning = 16;
+  void AwaitRoom(int device);
+  // Waits for every execution started on `device` (all devices when negative). An abandoned
+  // wait (long_wait.h) forgets none of them: the next call waits for them again.
   void AwaitExecutions(int device);
   // Executions started on `device` that have not finished yet.
   int ExecutionsInFlight(int device);
+  // The oldest execution still running on any device: false when none is.
+  struct Running {
+    std::string name;
+    int device = 0;
+    double seconds = 0;  // since it was started
+    int others = 0;      // started after it and still running, on every device
+  };
+  bool OldestRunning(Running* out);
 
   // Address registry: PyTorch hands us data pointers (e.g. Allocator::copy_data). The
   // registry owns each storage until Unregister (its PyTorch storage died); the fused graph
@@ -135,8 +151,13 @@ class Runtime {
   std::mutex address_mu_;
   uintptr_t next_address_ = uintptr_t{1} << 44;
   std::map<uintptr_t, std::shared_ptr<TpuStorage>> storages_;  // ordered: LookupContaining finds the one below
+  struct Execution {
+    pjrt::EventPtr done;
+    std::string name;
+    std::chrono::steady_clock::time_point start;
+  };
   std::mutex in_flight_mu_;
-  std::vector<std::deque<pjrt::EventPtr>> in_flight_;  // per device, oldest first
+  std::vector<std::deque<Execution>> in_flight_;  // per device, oldest first
 };
 
 // Calls `fn` on every live storage (while holding the registry lock).
