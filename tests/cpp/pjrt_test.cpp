@@ -262,6 +262,60 @@ TEST(PjrtExecutable, NoLeakOverManyBuffersAndExecutables) {
   EXPECT_LT(grown, 50ll << 20) << "RSS grew by " << grown << " bytes";
 }
 
+// x = x @ x + 1e-3, 400 times, over a 256x256 f32 parameter: long enough (about 0.1 to 2 s) for
+// a wait on it to be observed; the i32 result counts the iterations.
+const char kLongLoop[] = R"(module @loop attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%x0: tensor<256x256xf32>) -> (tensor<i32>, tensor<256x256xf32>) {
+    %zero = "stablehlo.constant"() {value = dense<0> : tensor<i32>} : () -> tensor<i32>
+    %r:2 = "stablehlo.while"(%zero, %x0) ({
+    ^bb0(%i: tensor<i32>, %x: tensor<256x256xf32>):
+      %n = "stablehlo.constant"() {value = dense<400> : tensor<i32>} : () -> tensor<i32>
+      %lt = "stablehlo.compare"(%i, %n) {comparison_direction = #stablehlo<comparison_direction LT>} : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      "stablehlo.return"(%lt) : (tensor<i1>) -> ()
+    }, {
+    ^bb0(%i: tensor<i32>, %x: tensor<256x256xf32>):
+      %one = "stablehlo.constant"() {value = dense<1> : tensor<i32>} : () -> tensor<i32>
+      %eps = "stablehlo.constant"() {value = dense<1.0e-03> : tensor<256x256xf32>} : () -> tensor<256x256xf32>
+      %next = "stablehlo.add"(%i, %one) : (tensor<i32>, tensor<i32>) -> tensor<i32>
+      %d = "stablehlo.dot_general"(%x, %x) {dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>} : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+      %y = "stablehlo.add"(%d, %eps) : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+      "stablehlo.return"(%next, %y) : (tensor<i32>, tensor<256x256xf32>) -> ()
+    }) : (tensor<i32>, tensor<256x256xf32>) -> (tensor<i32>, tensor<256x256xf32>)
+    "func.return"(%r#0, %r#1) : (tensor<i32>, tensor<256x256xf32>) -> ()
+  }
+}
+)";
+
+// A wait observer that throws abandons the wait; the execution runs on, its outputs stay
+// valid, and a later wait (and a transfer) returns the value.
+TEST(PjrtWait, ObserverAbandonsAWaitAndTheValueStaysReadable) {
+  auto exe = CompileText(kLongLoop);
+  std::vector<float> zeros(256 * 256, 0.0f);
+  auto x = ToDevice(HostTensor::Of<float>(zeros, {256, 256}));
+  auto outs = exe->Execute(TestClient().device(0), {x->raw()});
+  struct Abandoned {};
+  int calls = 0;
+  std::string what;
+  TestPlugin()->set_wait_observer([&](double seconds, const char* w) {
+    ++calls;
+    what = w;
+    EXPECT_GE(seconds, 0.04);
+    throw Abandoned{};
+  });
+  bool abandoned = false;
+  try {
+    outs[0]->Await();
+  } catch (const Abandoned&) {
+    abandoned = true;
+  }
+  TestPlugin()->set_wait_observer(nullptr);
+  if (!abandoned) GTEST_SKIP() << "the loop finished before the first poll (50 ms)";
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(what, "device computation");
+  EXPECT_EQ(FromDevice(*outs[0], {shlo::ElemType::S32, {}}).As<int32_t>(), std::vector<int32_t>{400});
+  EXPECT_TRUE(outs[1]->IsReady());
+}
+
 TEST(PjrtExecutable, NoLeakOverManyCompiles) {
   auto iteration = [] {
     auto exe = CompileText(kAddMul);
