@@ -367,19 +367,29 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int d
   if (in_flight_.size() <= static_cast<size_t>(device)) in_flight_.resize(device + 1);
   auto& queue = in_flight_[device];
   // Finished executions are dropped from the front, which keeps the queue short.
-  while (!queue.empty() && queue.front().done->IsReady()) queue.pop_front();
+  PruneFinished(queue);
   queue.push_back({std::move(done), name, start});
+  queued_.fetch_add(1, std::memory_order_relaxed);
   return outputs;
 }
 
+void Runtime::PruneFinished(std::deque<Execution>& queue) {
+  while (!queue.empty() && queue.front().done->IsReady()) {
+    queue.pop_front();
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 void Runtime::AwaitRoom(int device) {
+  // Fewer queued on all devices together: room on this one (no lock on the common path).
+  if (queued_.load(std::memory_order_relaxed) < kMaxRunning) return;
   for (;;) {
     pjrt::EventPtr oldest;
     {
       std::lock_guard<std::mutex> lock(in_flight_mu_);
       if (in_flight_.size() <= static_cast<size_t>(device)) return;
       auto& queue = in_flight_[device];
-      while (!queue.empty() && queue.front().done->IsReady()) queue.pop_front();
+      PruneFinished(queue);
       if (queue.size() < kMaxRunning) return;
       oldest = queue.front().done;
     }
@@ -400,7 +410,7 @@ void Runtime::AwaitExecutions(int device) {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   for (size_t d = 0; d < in_flight_.size(); ++d) {
     auto& queue = in_flight_[d];
-    while (!queue.empty() && queue.front().done->IsReady()) queue.pop_front();
+    PruneFinished(queue);
   }
 }
 

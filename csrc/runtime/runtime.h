@@ -158,6 +158,8 @@ class Runtime {
   };
   std::mutex in_flight_mu_;
   std::vector<std::deque<Execution>> in_flight_;  // per device, oldest first
+  std::atomic<size_t> queued_{0};                 // entries of in_flight_, all devices
+  void PruneFinished(std::deque<Execution>& queue);  // drops finished ones at the front (lock held)
 };
 
 // Calls `fn` on every live storage (while holding the registry lock).
