@@ -40,6 +40,7 @@ py::dict MetricsDict() {
   d["disk_cache_hits"] = m.disk_cache_hits.load();
   d["disk_cache_misses"] = m.disk_cache_misses.load();
   d["compile_time_s"] = m.compile_time_us.load() / 1e6;
+  d["disk_load_time_s"] = m.disk_load_time_us.load() / 1e6;
   d["slowest_compile_s"] = m.slowest_compile_us.load() / 1e6;
   {
     std::lock_guard<std::mutex> lock(m.mu);

@@ -19,6 +19,7 @@ struct Metrics {
   std::atomic<int64_t> disk_cache_hits{0};
   std::atomic<int64_t> disk_cache_misses{0};
   std::atomic<int64_t> compile_time_us{0};
+  std::atomic<int64_t> disk_load_time_us{0};  // reading and deserialising disk cache hits
   std::atomic<int64_t> slowest_compile_us{0};
   std::atomic<int64_t> executions{0};
   std::atomic<int64_t> ops_recorded{0};           // fused mode: ops deferred into graphs

@@ -261,6 +261,11 @@ void Runtime::CheckProgramLimit() {
 }
 
 pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
+  std::string key;
+  return Cached(module_text, &key);
+}
+
+pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, std::string* disk_key) {
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = executables_.find(module_text);
@@ -270,20 +275,26 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
     }
   }
   if (cache_dir_.empty()) return nullptr;
+  *disk_key = DiskCacheKey(module_text, disk_key_options_);
+  const std::string& key = *disk_key;
+  auto start = std::chrono::steady_clock::now();
   std::string bytes;
-  if (!DiskCacheRead(cache_dir_, DiskCacheKey(module_text, disk_key_options_), &bytes)) return nullptr;
+  if (!DiskCacheRead(cache_dir_, key, &bytes)) return nullptr;
   CheckProgramLimit();
   pjrt::ExecutablePtr exe = client_->Deserialize(bytes);
   if (!exe) return nullptr;  // a file from another plugin build, or damaged: compiling overwrites it
-  GetMetrics().disk_cache_hits++;
+  Metrics& m = GetMetrics();
+  m.disk_cache_hits++;
+  m.disk_load_time_us +=
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard<std::mutex> lock(cache_mu_);
   return executables_.emplace(module_text, exe).first->second;
 }
 
 pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name, bool notice) {
-  if (pjrt::ExecutablePtr exe = Cached(module_text)) return exe;
+  std::string key;
+  if (pjrt::ExecutablePtr exe = Cached(module_text, &key)) return exe;
   Metrics& m = GetMetrics();
-  std::string key = cache_dir_.empty() ? "" : DiskCacheKey(module_text, disk_key_options_);
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
   auto start = std::chrono::steady_clock::now();

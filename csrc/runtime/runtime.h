@@ -136,6 +136,9 @@ class Runtime {
  private:
   explicit Runtime(const RuntimeConfig& config);
   void CheckProgramLimit();  // throws pjrt::Error when no more programs can be loaded
+  // Cached, setting *disk_key when it hashed the module for the disk cache: Compile reuses the
+  // key instead of hashing the module text a second time.
+  pjrt::ExecutablePtr Cached(const std::string& module_text, std::string* disk_key);
   size_t MappingsInUse();    // this process's memory mappings, recounted at adaptive intervals
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
