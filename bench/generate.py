@@ -3,7 +3,7 @@ strict and fused eager modes (StaticCache) next to CPU eager in the same run, an
 first token of a fresh process with a cold (empty) and a warm (populated) compilation cache
 (TORCH_TPU_CACHE_DIR). Medians of repeated timings.
 
-    python bench/generate.py [--new-tokens 32] [--repeats 3] [--ttft-repeats 3]
+    python bench/generate.py [--new-tokens 32] [--repeats 3] [--ttft-repeats 3] [--first-calls-rounds 3]
 """
 import argparse
 import json
@@ -84,8 +84,18 @@ def calls_child(device, calls, new_tokens):
         generate(model, ids, new_tokens)
         seconds.append(time.perf_counter() - start)
     m = torch_tpu.metrics()
+    # Where the first call's time goes: Transformers compiles the decode step with torch.compile
+    # on tpu (not on cpu), so Dynamo's tracing (PyTorch's) is part of it; the tpu backend's share
+    # (AOTAutograd and our lowering) is inside it; programs load from disk or compile.
+    dynamo = {}
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.utils import compilation_time_metrics
+
+        dynamo = {"dynamo_s": sum(compilation_time_metrics.get("_compile.compile_inner", [])),
+                  "backend_s": sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))}
     print(json.dumps({"calls_s": seconds, "programs_compiled": m["programs_compiled"],
-                      "fused_graphs_compiled": m["fused_graphs_compiled"], "disk_cache_hits": m["disk_cache_hits"]}))
+                      "fused_graphs_compiled": m["fused_graphs_compiled"], "disk_cache_hits": m["disk_cache_hits"],
+                      "compile_s": m["compile_time_s"], "disk_load_s": m.get("disk_load_time_s", 0.0), **dynamo}))
 
 
 def run_child(cache_dir, *child_args):
@@ -109,6 +119,8 @@ def main():
     parser.add_argument("--ttft-only", action="store_true", help="only the time-to-first-token part")
     parser.add_argument("--first-calls", type=int, default=5,
                         help="time each of the first N generate() calls of a fresh process (0: skip)")
+    parser.add_argument("--first-calls-rounds", type=int, default=3,
+                        help="alternating rounds (cold, warm, cpu) of the first-calls timing; medians")
     parser.add_argument("--ttft-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--calls-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -172,19 +184,37 @@ def time_to_first_token(args):
 def first_calls(args):
     """The first minute: each of the first N generate() calls of a fresh process on tpu (fused, the
     default mode) with an empty and with a populated cache, next to PyTorch CPU eager's first calls
-    in a fresh process of its own. No call should be slower than the one before it."""
+    in a fresh process of its own. No call should be slower than the one before it. Rounds of
+    (cold, warm, cpu) alternate, so a shared machine's load falls on all three alike; medians."""
     child = ["--calls-child", "tpu", "--first-calls", str(args.first_calls), "--new-tokens", str(args.new_tokens)]
-    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as scratch:
-        cold = run_child(empty, *child)
-        warm = run_child(empty, *child)  # the same folder, now populated by the cold run
-        cpu = run_child(scratch, *(child[:1] + ["cpu"] + child[2:]))
-    print(f"\nfirst {args.first_calls} generate() calls of a fresh process ({args.new_tokens} new tokens), seconds:")
-    for name, r in (("tpu cold cache", cold), ("tpu warm cache", warm), ("cpu eager", cpu)):
-        calls = " ".join(f"{s:7.2f}" for s in r["calls_s"])
-        extra = "" if name == "cpu eager" else (f"  programs compiled {r['programs_compiled']}, fused graphs compiled "
-                                                f"{r['fused_graphs_compiled']}, loaded from disk {r['disk_cache_hits']}")
+    runs = {"tpu cold cache": [], "tpu warm cache": [], "cpu eager": []}
+    for _ in range(args.first_calls_rounds):
+        with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryDirectory() as scratch:
+            runs["tpu cold cache"].append(run_child(empty, *child))
+            runs["tpu warm cache"].append(run_child(empty, *child))  # the same folder, now populated
+            runs["cpu eager"].append(run_child(scratch, *(child[:1] + ["cpu"] + child[2:])))
+    med = {name: [statistics.median(r["calls_s"][i] for r in rs) for i in range(args.first_calls)]
+           for name, rs in runs.items()}
+    print(f"\nfirst {args.first_calls} generate() calls of a fresh process ({args.new_tokens} new tokens), "
+          f"seconds, medians of {args.first_calls_rounds} alternating rounds:")
+    for name, rs in runs.items():
+        calls = " ".join(f"{s:7.2f}" for s in med[name])
+        extra = ""
+        if name != "cpu eager":
+            m = {k: statistics.median(r.get(k, 0.0) for r in rs) for k in rs[0] if k != "calls_s"}
+            extra = (f"  programs compiled {m['programs_compiled']:.0f} ({m['compile_s']:.2f} s), fused graphs "
+                     f"compiled {m['fused_graphs_compiled']:.0f}, loaded from disk {m['disk_cache_hits']:.0f} "
+                     f"({m['disk_load_s']:.2f} s); torch.compile {m.get('dynamo_s', 0):.2f} s "
+                     f"(its tpu backend {m.get('backend_s', 0):.2f} s)")
         print(f"  {name:15s} {calls}{extra}")
-    print(f"  warm-cache first call / cpu eager first call: {warm['calls_s'][0] / cpu['calls_s'][0]:.2f}x")
+    for name in ("tpu cold cache", "tpu warm cache"):
+        ratios = " ".join(f"{t / c:6.2f}x" for t, c in zip(med[name], med["cpu eager"]))
+        print(f"  {name + ' / cpu':21s} {ratios}")
+    # Dynamo's own tracing: torch.compile's time less the backend's (AOTAutograd, lowering, loads).
+    warm = statistics.median(r["calls_s"][0] - r.get("dynamo_s", 0.0) + r.get("backend_s", 0.0)
+                             for r in runs["tpu warm cache"])
+    print(f"  warm-cache first call / cpu eager first call: {med['tpu warm cache'][0] / med['cpu eager'][0]:.2f}x "
+          f"({warm / med['cpu eager'][0]:.2f}x without Dynamo's tracing)")
 
 
 if __name__ == "__main__":
