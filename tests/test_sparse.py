@@ -10,6 +10,11 @@ from conftest import assert_same, native
 TPU = "tpu"
 
 
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)  # the dense operands are drawn from torch.randn
+
+
 def _matrix(rows=5, cols=4, dtype=torch.float32, seed=0):
     """A matrix with an empty row, a full row and scattered zeros."""
     g = torch.Generator().manual_seed(seed)

@@ -236,8 +236,8 @@ Tensor DenseToSparse(const Tensor& self, std::optional<at::Layout> layout, at::O
 
 // mat1 @ mat2 with one operand a COO/CSR/CSC matrix and the other dense: each stored (r, c, v) adds
 // v * mat2[c, :] to row r (sparse on the left), or mat1[:, r] * v to column c (on the right).
-// A gather and a segment sum (index_add); f16/bf16 accumulate in f32 (rule 10).
-Tensor SparseMm(const Tensor& mat1, const Tensor& mat2) {
+// A gather and a segment sum (index_add), in f32 for f16/bf16 (rule 10): the caller rounds once.
+Tensor SparseProduct(const Tensor& mat1, const Tensor& mat2) {
   TORCH_CHECK(mat1.dim() == 2 && mat2.dim() == 2, "tensors must be 2-D, got ", mat1.dim(), "-D and ", mat2.dim(),
               "-D");
   TORCH_CHECK(mat1.size(1) == mat2.size(0), "mat1 and mat2 shapes cannot be multiplied (", mat1.size(0), "x",
@@ -257,16 +257,19 @@ Tensor SparseMm(const Tensor& mat1, const Tensor& mat2) {
     out.index_add_(0, rows, dense.index_select(0, cols).to(acc) * values.unsqueeze(1));
   else
     out.index_add_(1, cols, dense.index_select(1, rows).to(acc) * values.unsqueeze(0));
-  return out.to(dense.scalar_type());
+  return out;
 }
 
-// beta * self + alpha * (mat1 @ mat2); self is ignored when beta is 0, as on the CPU.
+Tensor SparseMm(const Tensor& mat1, const Tensor& mat2) { return SparseProduct(mat1, mat2).to(mat1.scalar_type()); }
+
+// beta * self + alpha * (mat1 @ mat2), rounded once; self is ignored when beta is 0, as on the CPU.
 Tensor SparseAddmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
   RefuseUnless(self.layout() == at::kStrided, "aten::addmm", self, "a dense input to add the product to");
-  Tensor product = SparseMm(mat1, mat2);
-  if (beta.toComplexDouble() == 0.0) return at::mul(product, alpha);
-  return at::add(at::mul(self, beta), product, alpha);
+  Tensor product = SparseProduct(mat1, mat2);
+  Tensor sum = beta.toComplexDouble() == 0.0 ? at::mul(product, alpha)
+                                             : at::add(at::mul(self.to(product.scalar_type()), beta), product, alpha);
+  return sum.to(mat1.scalar_type());
 }
 
 // _sparse_mm_reduce_impl(csr, dense, reduce) -> (out, arg_out), behind torch.sparse.mm(a, b,
