@@ -15,21 +15,21 @@ struct ConvParams {
   int64_t groups = 1;
 };
 
-// Arguments `first`.. of convolution(input, weight, bias, stride, padding, dilation,
-// transposed, output_padding, groups), with 1-element lists repeated per spatial dim.
-ConvParams ParamsAt(const Args& a, size_t first, int64_t spatial) {
+// stride, padding, dilation, transposed, output_padding and groups of convolution and
+// convolution_backward, with 1-element lists repeated per spatial dim.
+ConvParams ParamsOf(const Args& a, int64_t spatial) {
   auto spread = [&](const std::vector<int64_t>& v, int64_t fill) {
     if (v.empty()) return std::vector<int64_t>(spatial, fill);
     if (v.size() == 1) return std::vector<int64_t>(spatial, v[0]);
     return v;
   };
   ConvParams p;
-  p.stride = spread(a.ints(first), 1);
-  p.padding = spread(a.ints(first + 1), 0);
-  p.dilation = spread(a.ints(first + 2), 1);
-  p.transposed = a.bool_(first + 3);
-  p.output_padding = spread(a.ints(first + 4), 0);
-  p.groups = a.int_(first + 5);
+  p.stride = spread(a.ints("stride"), 1);
+  p.padding = spread(a.ints("padding"), 0);
+  p.dilation = spread(a.ints("dilation"), 1);
+  p.transposed = a.bool_("transposed");
+  p.output_padding = spread(a.ints("output_padding"), 0);
+  p.groups = a.int_("groups");
   return p;
 }
 
@@ -165,12 +165,12 @@ Value AddBias(Ctx& ctx, Value y, Value bias) {
 // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
 std::vector<Value> LowerConvolution(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
-  if (a.tensor(0).type.rank() < 3) throw Unsupported("convolution of an unbatched input");
+  if (a.tensor("input").type.rank() < 3) throw Unsupported("convolution of an unbatched input");
   ElemType c = AccumulatorType(t.elem);
-  Value x = ConvertTo(ctx, a.tensor(0), c), w = ConvertTo(ctx, a.tensor(1), c);
-  ConvParams p = ParamsAt(a, 3, x.type.rank() - 2);
+  Value x = ConvertTo(ctx, a.tensor("input"), c), w = ConvertTo(ctx, a.tensor("weight"), c);
+  ConvParams p = ParamsOf(a, x.type.rank() - 2);
   Value y = p.transposed ? InputGrad(ctx, x, w, p, Compute(t)) : Forward(ctx, x, w, p, Compute(t));
-  if (!a.is_none(2)) y = AddBias(ctx, y, a.tensor(2));
+  if (!a.is_none("bias")) y = AddBias(ctx, y, a.tensor("bias"));
   return {ConvertTo(ctx, y, t.elem)};
 }
 
@@ -178,10 +178,11 @@ std::vector<Value> LowerConvolution(Ctx& ctx, const Args& a) {
 // transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
 std::vector<Value> LowerConvolutionBackward(Ctx& ctx, const Args& a) {
   ElemType c = AccumulatorType(ctx.out(0).elem);
-  Value dy = ConvertTo(ctx, a.tensor(0), c), x = ConvertTo(ctx, a.tensor(1), c), w = ConvertTo(ctx, a.tensor(2), c);
+  Value dy = ConvertTo(ctx, a.tensor("grad_output"), c), x = ConvertTo(ctx, a.tensor("input"), c);
+  Value w = ConvertTo(ctx, a.tensor("weight"), c);
   if (x.type.rank() < 3) throw Unsupported("convolution of an unbatched input");
-  ConvParams p = ParamsAt(a, 4, x.type.rank() - 2);
-  const auto& mask = a.raw(10).ints;  // bool[3]
+  ConvParams p = ParamsOf(a, x.type.rank() - 2);
+  const auto& mask = a.raw(a.index("output_mask")).ints;  // bool[3]
   std::vector<Value> out;
   auto want = [&](size_t i) { return i >= mask.size() || mask[i] != 0; };
   // For a transposed convolution the roles of input and output swap.

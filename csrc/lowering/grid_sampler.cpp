@@ -23,8 +23,8 @@ struct Sampler {
   bool scalar;  // the 3-D (scalar) CPU formulas rather than the 2-D (vectorized) ones
 };
 
-Sampler SamplerAt(const Args& a, size_t first, bool three_d) {
-  return {a.int_(first), a.int_(first + 1), a.bool_(first + 2), three_d};
+Sampler SamplerOf(const Args& a, bool three_d) {
+  return {a.int_("interpolation_mode"), a.int_("padding_mode"), a.bool_("align_corners"), three_d};
 }
 
 Value K(Ctx& ctx, double v, const Value& like) { return Const(ctx, v, like); }
@@ -249,9 +249,9 @@ Value TapWeight(Ctx& ctx, const Plan& p, const Tap& t) {
 std::vector<Value> LowerGridSampler(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
   if (t.numel() == 0) return {Splat(ctx, 0, t)};
-  Value x = a.tensor(0);
-  Sampler s = SamplerAt(a, 2, x.type.rank() == 5);
-  Plan p = MakePlan(ctx, x.type, a.tensor(1), s);
+  Value x = a.tensor("input");
+  Sampler s = SamplerOf(a, x.type.rank() == 5);
+  Plan p = MakePlan(ctx, x.type, a.tensor("grid"), s);
   Value rows = Rows(ctx, x), out;
   if (s.interp == kBicubic) {  // rows of x taps first, then the column of rows
     const Axis &ay = p.axes[0], &ax = p.axes[1];
@@ -280,14 +280,14 @@ std::vector<Value> LowerGridSampler(Ctx& ctx, const Args& a) {
 // grad_input scatter-adds weight * grad_output at every tap; grad_grid[d] sums, over taps and
 // channels, d weight / d coordinate * value * grad_output, times d coordinate / d grid.
 std::vector<Value> LowerGridSamplerBackward(Ctx& ctx, const Args& a) {
-  Value x = a.tensor(1);
-  Sampler s = SamplerAt(a, 3, x.type.rank() == 5);
-  const auto& mask = a.raw(6).ints;
+  Value x = a.tensor("input");
+  Sampler s = SamplerOf(a, x.type.rank() == 5);
+  const auto& mask = a.raw(a.index("output_mask")).ints;
   const TensorType &gi_t = ctx.out(0), &gg_t = ctx.out(1);
   ElemType acc = AccumulatorType(gg_t.elem);
   if (gg_t.numel() == 0 || x.type.numel() == 0) return {Splat(ctx, 0, gi_t), Splat(ctx, 0, gg_t)};
-  Plan p = MakePlan(ctx, x.type, a.tensor(2), s);
-  Value rows = ConvertTo(ctx, Rows(ctx, x), acc), gout = ConvertTo(ctx, Rows(ctx, a.tensor(0)), acc);
+  Plan p = MakePlan(ctx, x.type, a.tensor("grid"), s);
+  Value rows = ConvertTo(ctx, Rows(ctx, x), acc), gout = ConvertTo(ctx, Rows(ctx, a.tensor("grad_output")), acc);
   auto f = [&](Value v) { return ConvertTo(ctx, v, acc); };
   std::vector<Value> updates, where, comps(p.axes.size());
   for (const Tap& t : p.taps) {

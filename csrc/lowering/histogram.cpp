@@ -86,26 +86,28 @@ Value HistogramDD(Ctx& ctx, Value x, const std::vector<Value>& edges, Value weig
   return hist;
 }
 
-std::vector<double> Range(const Args& a, size_t i) { return a.is_none(i) ? std::vector<double>{} : a.raw(i).doubles; }
+std::vector<double> Range(const Args& a) {
+  return a.is_none("range") ? std::vector<double>{} : a.raw(a.index("range")).doubles;
+}
 
 // histogram.bin_ct(self, bins, range, weight, density) -> (hist, bin_edges)
 std::vector<Value> LowerHistogramBins(Ctx& ctx, const Args& a) {
-  Value x = a.tensor(0);
+  Value x = a.tensor("self");
   x = ctx.b.Reshape(x, {x.type.numel(), 1});
-  Value edges = EdgesFor(ctx, Col(ctx, x, 0), a.int_(1), Range(a, 2), 0);
-  Value w = a.optional_tensor(3);
+  Value edges = EdgesFor(ctx, Col(ctx, x, 0), a.int_("bins"), Range(a), 0);
+  Value w = a.optional_tensor("weight");
   if (w.valid()) w = ctx.b.Reshape(w, {w.type.numel()});
-  return {HistogramDD(ctx, x, {edges}, w, a.bool_or(4, false), ctx.out(0)), ConvertTo(ctx, edges, ctx.out(1).elem)};
+  return {HistogramDD(ctx, x, {edges}, w, a.bool_or("density", false), ctx.out(0)), ConvertTo(ctx, edges, ctx.out(1).elem)};
 }
 
 // histogram.bins_tensor(self, bins, weight, density) -> (hist, bins)
 std::vector<Value> LowerHistogramEdges(Ctx& ctx, const Args& a) {
-  Value x = a.tensor(0);
+  Value x = a.tensor("self");
   x = ctx.b.Reshape(x, {x.type.numel(), 1});
-  Value edges = ConvertTo(ctx, a.tensor(1), x.type.elem);
-  Value w = a.optional_tensor(2);
+  Value edges = ConvertTo(ctx, a.tensor("bins"), x.type.elem);
+  Value w = a.optional_tensor("weight");
   if (w.valid()) w = ctx.b.Reshape(w, {w.type.numel()});
-  return {HistogramDD(ctx, x, {edges}, w, a.bool_or(3, false), ctx.out(0)), CastTo(ctx, a.tensor(1), ctx.out(1))};
+  return {HistogramDD(ctx, x, {edges}, w, a.bool_or("density", false), ctx.out(0)), CastTo(ctx, a.tensor("bins"), ctx.out(1))};
 }
 
 // Samples of histogramdd: self [..., D] as [N, D].
@@ -116,35 +118,35 @@ Value Samples(Ctx& ctx, Value x) {
 
 std::vector<Value> EdgesDD(Ctx& ctx, const Args& a, Value x) {
   std::vector<Value> edges;
-  const auto& bins = a.ints(1);
-  for (size_t d = 0; d < bins.size(); ++d) edges.push_back(EdgesFor(ctx, Col(ctx, x, static_cast<int64_t>(d)), bins[d], Range(a, 2), d));
+  const auto& bins = a.ints("bins");
+  for (size_t d = 0; d < bins.size(); ++d) edges.push_back(EdgesFor(ctx, Col(ctx, x, static_cast<int64_t>(d)), bins[d], Range(a), d));
   return edges;
 }
 
-Value WeightOf(Ctx& ctx, const Args& a, size_t i) {
-  Value w = a.optional_tensor(i);
+Value WeightOf(Ctx& ctx, const Args& a) {
+  Value w = a.optional_tensor("weight");
   return w.valid() ? ctx.b.Reshape(w, {w.type.numel()}) : w;
 }
 
 // _histogramdd_bin_edges(self, bins, range, weight, density) -> edges per dim
 std::vector<Value> LowerHistogramddEdges(Ctx& ctx, const Args& a) {
-  std::vector<Value> edges = EdgesDD(ctx, a, Samples(ctx, a.tensor(0)));
+  std::vector<Value> edges = EdgesDD(ctx, a, Samples(ctx, a.tensor("self")));
   for (size_t i = 0; i < edges.size(); ++i) edges[i] = ConvertTo(ctx, edges[i], ctx.out(i).elem);
   return edges;
 }
 
 // _histogramdd_from_bin_cts(self, bins, range, weight, density)
 std::vector<Value> LowerHistogramddCounts(Ctx& ctx, const Args& a) {
-  Value x = Samples(ctx, a.tensor(0));
-  return {HistogramDD(ctx, x, EdgesDD(ctx, a, x), WeightOf(ctx, a, 3), a.bool_or(4, false), ctx.out())};
+  Value x = Samples(ctx, a.tensor("self"));
+  return {HistogramDD(ctx, x, EdgesDD(ctx, a, x), WeightOf(ctx, a), a.bool_or("density", false), ctx.out())};
 }
 
 // _histogramdd_from_bin_tensors(self, bins, weight, density)
 std::vector<Value> LowerHistogramddTensors(Ctx& ctx, const Args& a) {
-  Value x = Samples(ctx, a.tensor(0));
+  Value x = Samples(ctx, a.tensor("self"));
   std::vector<Value> edges;
-  for (const Value& e : a.tensors(1)) edges.push_back(ConvertTo(ctx, e, x.type.elem));
-  return {HistogramDD(ctx, x, edges, WeightOf(ctx, a, 2), a.bool_or(3, false), ctx.out())};
+  for (const Value& e : a.tensors("bins")) edges.push_back(ConvertTo(ctx, e, x.type.elem));
+  return {HistogramDD(ctx, x, edges, WeightOf(ctx, a), a.bool_or("density", false), ctx.out())};
 }
 
 }  // namespace

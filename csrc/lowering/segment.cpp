@@ -59,14 +59,14 @@ Value Initial(Ctx& ctx, const std::string& reduce, Value initial, const TensorTy
 
 // segment_reduce(data, reduce, lengths?, indices?, offsets?, axis, unsafe, initial?)
 std::vector<Value> LowerSegmentReduce(Ctx& ctx, const Args& a) {
-  Value data = a.tensor(0);
-  const std::string& reduce = a.str(1);
-  int64_t axis = WrapDim(a.int_(5), data.type.rank());
-  Segments g = Segment(ctx, data.type, a.optional_tensor(2), a.optional_tensor(4), axis);
+  Value data = a.tensor("data");
+  const std::string& reduce = a.str("reduce");
+  int64_t axis = WrapDim(a.int_("axis"), data.type.rank());
+  Segments g = Segment(ctx, data.type, a.optional_tensor("lengths"), a.optional_tensor("offsets"), axis);
   ElemType acc = AccumulatorType(ctx.out().elem);
   Value x = ctx.b.Reshape(ConvertTo(ctx, data, acc), {g.b, g.d, g.r});
   std::vector<int64_t> bsdr = {g.b, g.s, g.d, g.r}, bsr = {g.b, g.s, g.r};
-  Value initial = Initial(ctx, reduce, a.optional_tensor(7), {acc, {}});
+  Value initial = Initial(ctx, reduce, a.optional_tensor("initial"), {acc, {}});
   // Elements outside a segment contribute the operation's identity; the reduction starts
   // from `initial` (an initial of a sum or product enters once).
   Value identity = reduce == "max" || reduce == "min" ? initial : ctx.b.Constant(reduce == "prod" ? 1 : 0, {acc, {}});
@@ -82,7 +82,7 @@ std::vector<Value> LowerSegmentReduce(Ctx& ctx, const Args& a) {
     // without one, as on the CPU.
     Value len = ctx.b.BroadcastInDim(Lengths(ctx, g, acc), bsr, {0, 1});
     Value mean = Div(ctx, y, len);
-    if (!a.is_none(7)) y = ctx.b.Select(ctx.b.Compare(Cmp::EQ, len, ctx.b.Constant(0, len.type)), y, mean);
+    if (!a.is_none("initial")) y = ctx.b.Select(ctx.b.Compare(Cmp::EQ, len, ctx.b.Constant(0, len.type)), y, mean);
     else y = mean;
   }
   return {ctx.b.Reshape(ConvertTo(ctx, y, ctx.out().elem), ctx.out().dims)};
@@ -93,15 +93,15 @@ std::vector<Value> LowerSegmentReduce(Ctx& ctx, const Args& a) {
 // the result (or NaN), a positive gradient split among ties as the CPU kernel does; prod:
 // grad * output / x, with the product of the other elements where x is 0 or NaN.
 std::vector<Value> LowerSegmentReduceBackward(Ctx& ctx, const Args& a) {
-  Value data = a.tensor(2);
-  const std::string& reduce = a.str(3);
-  int64_t axis = WrapDim(a.int_(6), data.type.rank());
-  Segments g = Segment(ctx, data.type, a.optional_tensor(4), a.optional_tensor(5), axis);
+  Value data = a.tensor("data");
+  const std::string& reduce = a.str("reduce");
+  int64_t axis = WrapDim(a.int_("axis"), data.type.rank());
+  Segments g = Segment(ctx, data.type, a.optional_tensor("lengths"), a.optional_tensor("offsets"), axis);
   ElemType acc = AccumulatorType(ctx.out().elem);
   std::vector<int64_t> bsdr = {g.b, g.s, g.d, g.r}, bsr = {g.b, g.s, g.r}, bdr = {g.b, g.d, g.r};
   Value x = ctx.b.Reshape(ConvertTo(ctx, data, acc), bdr);
-  Value grad = ctx.b.Reshape(ConvertTo(ctx, a.tensor(0), acc), bsr);
-  Value out = ctx.b.Reshape(ConvertTo(ctx, a.tensor(1), acc), bsr);
+  Value grad = ctx.b.Reshape(ConvertTo(ctx, a.tensor("grad"), acc), bsr);
+  Value out = ctx.b.Reshape(ConvertTo(ctx, a.tensor("output"), acc), bsr);
   Value in = ctx.b.BroadcastInDim(g.member, bsdr, {0, 1, 2});
   Value zero = ctx.b.Constant(0, {acc, bsdr});
   auto spread = [&](Value per_segment) {  // (B, S, R) -> each element's segment value (B, D, R)
@@ -124,7 +124,7 @@ std::vector<Value> LowerSegmentReduceBackward(Ctx& ctx, const Args& a) {
     Value split = And(ctx, ctx.b.Compare(Cmp::GE, count, ctx.b.Constant(2, count.type)), ctx.b.Compare(Cmp::GT, gx, zx));
     gx = ctx.b.Select(split, Div(ctx, gx, count), gx);
   } else if (reduce == "prod") {
-    Value initial = Initial(ctx, reduce, a.optional_tensor(7), {acc, {}});
+    Value initial = Initial(ctx, reduce, a.optional_tensor("initial"), {acc, {}});
     Value general = Div(ctx, spread(Mul(ctx, grad, out)), x);
     // The product of the segment's other elements: (B, S, D, D') with d' != d.
     std::vector<int64_t> bsddr = {g.b, g.s, g.d, g.d, g.r};

@@ -112,7 +112,10 @@ TEST(GraphLowering, Conv1dAndGradients) {
   std::vector<Arg> args = {fwd.Tensor(HostTensor::Of<float>(x, {n, cin, len})),
                            fwd.Tensor(HostTensor::Of<float>(w, {cout, cin, k})), Call::None()};
   args.insert(args.end(), params.begin(), params.end());
-  EXPECT_EQ(fwd.Lower("aten::convolution", args, {{ElemType::F32, {n, cout, out_len}}})[0].As<float>(), y);
+  const std::vector<std::string> params_names = {"stride", "padding", "dilation", "transposed", "output_padding", "groups"};
+  std::vector<std::string> names = {"input", "weight", "bias"};
+  names.insert(names.end(), params_names.begin(), params_names.end());
+  EXPECT_EQ(fwd.LowerNamed("aten::convolution", args, names, {{ElemType::F32, {n, cout, out_len}}})[0].As<float>(), y);
 
   Call bwd;
   std::vector<Arg> bargs = {bwd.Tensor(HostTensor::Of<float>(dy, {n, cout, out_len})),
@@ -120,8 +123,11 @@ TEST(GraphLowering, Conv1dAndGradients) {
                             bwd.Tensor(HostTensor::Of<float>(w, {cout, cin, k})), Call::Ints({cout})};
   bargs.insert(bargs.end(), params.begin(), params.end());
   bargs.push_back(Call::Ints({1, 1, 1}, Arg::Kind::BoolList));
-  auto grads = bwd.Lower("aten::convolution_backward", bargs,
-                         {{ElemType::F32, {n, cin, len}}, {ElemType::F32, {cout, cin, k}}, {ElemType::F32, {cout}}});
+  std::vector<std::string> bnames = {"grad_output", "input", "weight", "bias_sizes"};
+  bnames.insert(bnames.end(), params_names.begin(), params_names.end());
+  bnames.push_back("output_mask");
+  auto grads = bwd.LowerNamed("aten::convolution_backward", bargs, bnames,
+                              {{ElemType::F32, {n, cin, len}}, {ElemType::F32, {cout, cin, k}}, {ElemType::F32, {cout}}});
   EXPECT_EQ(grads[0].As<float>(), dx);
   EXPECT_EQ(grads[1].As<float>(), dw);
   std::vector<float> db(cout, 0);

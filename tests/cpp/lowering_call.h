@@ -62,6 +62,13 @@ class LoweringCall {
                                 shlo::ElemType common = shlo::ElemType::F32) {
     return Run(op, args, outputs, common, false);
   }
+  // The same, naming the arguments as the op's schema does: for lowerings that read them by name.
+  std::vector<HostTensor> LowerNamed(const std::string& op, const std::vector<Arg>& args,
+                                     const std::vector<std::string>& names,
+                                     const std::vector<shlo::TensorType>& outputs) {
+    names_ = names;
+    return Run(op, args, outputs, shlo::ElemType::F32, false);
+  }
   // The results, then one i1 per device-side check (true: the check failed); `checks` counts them.
   std::vector<HostTensor> LowerWithChecks(const std::string& op, const std::vector<Arg>& args,
                                           const std::vector<shlo::TensorType>& outputs,
@@ -77,7 +84,7 @@ class LoweringCall {
     EXPECT_NE(fn, nullptr) << op << " is not in the lowering table";
     if (fn == nullptr) return {};
     lowering::Ctx ctx{b_, outputs, common};
-    std::vector<shlo::Value> results = fn(ctx, lowering::Args(args));
+    std::vector<shlo::Value> results = fn(ctx, lowering::Args(args, names_.empty() ? nullptr : &names_));
     EXPECT_EQ(results.size(), outputs.size()) << op;
     for (size_t i = 0; i < results.size() && i < outputs.size(); ++i) EXPECT_EQ(results[i].type, outputs[i]) << op;
     if (with_checks) {
@@ -89,6 +96,7 @@ class LoweringCall {
 
   shlo::Builder b_;
   std::vector<HostTensor> inputs_;
+  std::vector<std::string> names_;
 };
 
 }  // namespace tpu::test
