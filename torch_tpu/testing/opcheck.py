@@ -187,6 +187,11 @@ TOLERANCES = {
     # value -0.65 is 2.1e-5 off the float64 one on tpu and 4.5e-6 on the CPU, both within
     # float32 rounding of that sum in a different order (eps * 700 ~ 8e-5).
     ("kron", "float32", "grad"): (1e-4, 1.3e-6),
+    # The bias gradient sums the output gradient over every output position (18,392 terms per
+    # channel in the largest sample, sum of |terms| 14,600, value 229): tpu's XLA reduction is
+    # 5.4e-4 off the float64 sum and the CPU's 3e-5, both within float32 rounding of that sum
+    # (2^-24 * 14,600 = 8.7e-4). The input and weight gradients agree to 2e-5.
+    ("nn.functional.conv_transpose3d", "float32", "grad"): (1e-3, 1.3e-6),
 }
 
 
