@@ -105,6 +105,14 @@ Tensor ConvertIndicesFromCsrToCoo(const Tensor& crow, const Tensor& col, bool ou
   return transpose ? at::stack({plain, row}) : at::stack({row, plain});
 }
 
+// COO indices [sparse_dim, nnz] as the index list of an advanced index over the first
+// `sparse_dim` dimensions (one row per dimension).
+c10::List<std::optional<Tensor>> IndexRows(const Tensor& indices, int64_t sparse_dim) {
+  c10::List<std::optional<Tensor>> rows;
+  for (int64_t d = 0; d < sparse_dim; ++d) rows.push_back(indices[d]);
+  return rows;
+}
+
 // The stored values, in storage order (a COO tensor need not be coalesced).
 Tensor StoredValues(const Tensor& s) { return s.layout() == at::kSparse ? s._values() : s.values(); }
 
@@ -133,11 +141,8 @@ Tensor SparseCompressedToDense(const Tensor& self, std::optional<at::ScalarType>
 Tensor SparseCooToDense(const Tensor& self, std::optional<at::ScalarType> dtype, std::optional<bool> masked_grad) {
   TORCH_CHECK(!dtype.has_value(), "dtype argument is not supported by sparse_to_dense");
   RefuseUnless(self.sparse_dim() > 0, "aten::_to_dense", self, "tensors with sparse dimensions");
-  Tensor indices = self._indices();
-  c10::List<std::optional<Tensor>> at_index;
-  for (int64_t d = 0; d < self.sparse_dim(); ++d) at_index.push_back(indices[d]);
   Tensor dense = at::zeros(self.sizes(), self.options().layout(at::kStrided));
-  return dense.index_put_(at_index, self._values(), /*accumulate=*/true);
+  return dense.index_put_(IndexRows(self._indices(), self.sparse_dim()), self._values(), /*accumulate=*/true);
 }
 
 // dense -> COO over the first `sparse_dim` dimensions: the indices where any value is nonzero
@@ -151,9 +156,7 @@ Tensor DenseToSparseCoo(const Tensor& self, int64_t sparse_dim) {
   Tensor nonzero = self.ne(0);
   if (sparse_dim < self.dim()) nonzero = nonzero.flatten(sparse_dim).any(-1);
   Tensor indices = at::nonzero(nonzero).t().contiguous();
-  c10::List<std::optional<Tensor>> at_index;
-  for (int64_t d = 0; d < sparse_dim; ++d) at_index.push_back(indices[d]);
-  Tensor values = at::index(self, at_index);
+  Tensor values = at::index(self, IndexRows(indices, sparse_dim));
   return at::_sparse_coo_tensor_unsafe(indices, values, self.sizes(), values.options().layout(at::kSparse), true);
 }
 
@@ -192,9 +195,7 @@ Tensor SparseMask(const Tensor& self, const Tensor& mask) {
   if (mask.layout() == at::kSparse) {
     Tensor m = mask.is_coalesced() ? mask : mask.coalesce();
     Tensor indices = m._indices();
-    c10::List<std::optional<Tensor>> at_index;
-    for (int64_t d = 0; d < m.sparse_dim(); ++d) at_index.push_back(indices[d]);
-    Tensor values = at::index(self, at_index);
+    Tensor values = at::index(self, IndexRows(indices, m.sparse_dim()));
     return at::_sparse_coo_tensor_unsafe(indices.clone(), values, m.sizes(), values.options().layout(at::kSparse),
                                          true);
   }
