@@ -467,3 +467,20 @@ def test_second_process_loads_programs_from_the_disk_cache(tmp_path):
     assert graphs1 == graphs2 == 2  # forward and backward
     assert compiled1 >= 2
     assert compiled2 == 0 and disk_hits2 >= 2
+
+
+def test_decomposition_table_is_pytorchs_core_aten_table():
+    """The table is built with one pass over the dispatcher (decompositions._core_aten_table);
+    it must hold exactly the ops and decompositions of torch._decomp.core_aten_decompositions()."""
+    import functools
+
+    from torch._decomp import core_aten_decompositions
+    from torch_tpu.compile.decompositions import _core_aten_table
+
+    def what(fn):  # a CIA op's decomposition is a fresh partial on each build
+        return (fn.func.__code__, fn.args, tuple(sorted(fn.keywords.items()))) if isinstance(
+            fn, functools.partial) else fn
+
+    ours, pytorchs = _core_aten_table(), dict(core_aten_decompositions())
+    assert set(ours) == set(pytorchs)
+    assert {op for op in ours if what(ours[op]) != what(pytorchs[op])} == set()

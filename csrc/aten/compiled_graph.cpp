@@ -4,6 +4,7 @@
 // caches, and the program runs on tpu tensors. Inputs are read from their storages as in
 // eager (the view geometry is part of the program's key); inputs the graph copies into
 // (functionalized mutations) get their storage buffers replaced, so every view sees them.
+#include <ATen/EmptyTensor.h>
 #include <ATen/native/TypeProperties.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -303,13 +304,14 @@ class Graph {
   };
 
   // PyTorch's result_type over a node's tensor operands and Scalars (as eager computes it).
+  // The operands' stand-ins are built without the dispatcher: a graph is lowered inside
+  // AOTAutograd's fake mode, where each at::empty would be a call into Python.
   at::ScalarType Common(const GNode& node) const {
     at::native::ResultTypeState state;
     for (const GArg& g : node.args) {
       if (g.kind == kTensorArg) {
         const GType& t = value_types_.at(g.id);
-        auto meta = at::empty(t.sizes.empty() ? at::IntArrayRef{} : at::IntArrayRef{1},
-                              at::TensorOptions().dtype(t.dtype).device(at::kMeta));
+        at::Tensor meta = at::detail::empty_meta(t.sizes.empty() ? at::IntArrayRef{} : at::IntArrayRef{1}, t.dtype);
         state = at::native::update_result_type_state(meta, state);
       }
       for (const c10::Scalar& s : g.scalars) state = at::native::update_result_type_state(s, state);
