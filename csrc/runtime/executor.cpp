@@ -97,7 +97,7 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   std::vector<PJRT_Buffer*> raw;
   raw.reserve(keep.size());
   for (const auto& b : keep) raw.push_back(b->raw());
-  std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw, p.name);
+  std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw, {request.program});
   GetMetrics().executions++;
 
   std::vector<CheckPtr> fresh = NewChecks(p);

@@ -160,12 +160,11 @@ void FusedGraph::Flush(const char* cause) {
   for (const auto& b : params) raw.push_back(b->raw());
   int device = device_;
   std::vector<std::pair<int, CheckPtr>> checks = std::move(checks_);
-  std::string name = "fused graph of " + std::to_string(calls_.size()) + (calls_.size() > 1 ? " ops" : " op") +
-                     " ending in " + calls_.back().program->name;
+  Runtime::Label label{programs_.back(), calls_.size()};
   Reset();  // before running: a failure must not leave the graph half-flushed
   std::vector<pjrt::BufferPtr> outs;
   try {
-    outs = rt.Execute(*fused->exe, device, raw, name);
+    outs = rt.Execute(*fused->exe, device, raw, std::move(label));
   } catch (const std::exception&) {
     for (auto& c : checks) c.second->Abandon();
     throw;
@@ -217,7 +216,7 @@ void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& tar
       rt.AwaitRoom(device);
       std::vector<PJRT_Buffer*> raw;
       for (int a : c.args) raw.push_back(values[a]->raw());
-      std::vector<pjrt::BufferPtr> outs = rt.Execute(*c.program->Compiled(), device, raw, c.program->name);
+      std::vector<pjrt::BufferPtr> outs = rt.Execute(*c.program->Compiled(), device, raw, {programs[k]});
       GetMetrics().executions++;
       for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
       for (int a : c.args)

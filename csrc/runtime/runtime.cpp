@@ -14,6 +14,7 @@
 #include "env.h"
 #include "long_wait.h"
 #include "metrics.h"
+#include "program.h"
 
 namespace tpu::runtime {
 namespace {
@@ -368,8 +369,15 @@ TpuStorage* Runtime::Lookup(uintptr_t address) {
   return it == storages_.end() ? nullptr : it->second.get();
 }
 
+std::string Runtime::Label::Describe() const {
+  if (!program) return "a program";
+  if (fused_ops == 0) return program->name;
+  return "fused graph of " + std::to_string(fused_ops) + (fused_ops > 1 ? " ops" : " op") + " ending in " +
+         program->name;
+}
+
 std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int device,
-                                              const std::vector<PJRT_Buffer*>& args, const std::string& name) {
+                                              const std::vector<PJRT_Buffer*>& args, Label label) {
   pjrt::EventPtr done;
   auto start = std::chrono::steady_clock::now();
   std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done);
@@ -379,7 +387,7 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int d
   auto& queue = in_flight_[device];
   // Finished executions are dropped from the front, which keeps the queue short.
   PruneFinished(queue);
-  queue.push_back({std::move(done), name, start});
+  queue.push_back({std::move(done), std::move(label), start});
   queued_.fetch_add(1, std::memory_order_relaxed);
   return outputs;
 }
@@ -448,7 +456,7 @@ bool Runtime::OldestRunning(Running* out) {
     }
   }
   if (oldest == nullptr) return false;
-  out->name = oldest->name;
+  out->name = oldest->label.Describe();
   out->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest->start).count();
   out->others = running - 1;
   return true;

@@ -20,6 +20,8 @@
 
 namespace tpu::runtime {
 
+struct Program;
+
 PJRT_Buffer_Type ToPjrt(shlo::ElemType t);
 
 // The memory behind one PyTorch storage: a 1-D device array holding its bytes as elements
@@ -98,11 +100,17 @@ class Runtime {
   // then, and their ops run through the shared per-op programs instead.
   bool MappingsTight();
 
+  // What an execution runs, named only when a wait on it lasts (long_wait.h): keeping the
+  // program costs one reference per execution, where its name would cost a string copy.
+  struct Label {
+    std::shared_ptr<const Program> program;  // the op or graph; of a fused graph, its last op
+    size_t fused_ops = 0;                    // > 0: a fused graph of this many ops
+    std::string Describe() const;
+  };
   // Runs `exe` on `device` (asynchronously) and remembers the execution until it finishes, so
-  // that AwaitExecutions can wait for programs whose outputs nobody kept; `name` (the op or
-  // graph) says what the device runs when a wait on it lasts (long_wait.h).
+  // that AwaitExecutions can wait for programs whose outputs nobody kept.
   std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe, int device, const std::vector<PJRT_Buffer*>& args,
-                                       const std::string& name);
+                                       Label label);
   // Waits (abandonably, long_wait.h) until fewer than kMaxRunning executions run on `device`.
   // Call before Execute: past their own limit plugins block inside Execute (the CPU plugin at
   // 32), a wait nobody can observe or interrupt.
@@ -156,7 +164,7 @@ class Runtime {
   std::map<uintptr_t, std::shared_ptr<TpuStorage>> storages_;  // ordered: LookupContaining finds the one below
   struct Execution {
     pjrt::EventPtr done;
-    std::string name;
+    Label label;
     std::chrono::steady_clock::time_point start;
   };
   std::mutex in_flight_mu_;
