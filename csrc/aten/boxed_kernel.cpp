@@ -5,6 +5,7 @@
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 
@@ -331,6 +332,11 @@ void RegisterLoweredOps() {
     entry->args = ClassifyArguments(*handle);
     entry->num_outs = entry->args.num_outs;
     entry->implicit_rng = entry->args.implicit_rng;
+    if (on.name == "aten::add" || on.name == "aten::sub" || on.name == "aten::rsub") {
+      const auto& names = entry->args.names;
+      auto alpha = std::find(names.begin(), names.end(), "alpha");
+      if (alpha != names.end()) entry->unit_alpha_arg = static_cast<int>(alpha - names.begin());
+    }
     if (entry->num_outs > 0) {
       entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
       add(entry);
