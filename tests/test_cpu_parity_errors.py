@@ -293,3 +293,41 @@ def test_deliberate_difference_embedding_bag_float64_decreasing_offsets_raise():
     with pytest.raises(RuntimeError, match="non-decreasing"):
         F.embedding_bag(torch.tensor([0, 1, 2, 3]).to("tpu"), LOGITS.double().to("tpu"),
                         torch.tensor([0, 3, 1]).to("tpu"), mode="mean").cpu()
+
+
+def _ints(d):
+    return torch.arange(3, device=d)
+
+
+def _floats(d):
+    return torch.ones(3, device=d)
+
+
+# PyTorch's Meta kernels for add/sub let these through; the CPU kernels raise (alpha_check).
+@pytest.mark.parametrize("case", [
+    ("add_float_bool_alpha", lambda d: torch.add(_floats(d), _floats(d), alpha=True), "Boolean alpha"),
+    ("add__float_bool_alpha", lambda d: _floats(d).add_(_floats(d), alpha=True), "Boolean alpha"),
+    ("sub_int_alpha_1.0", lambda d: torch.sub(_ints(d), _ints(d), alpha=1.0), "must not be a floating point"),
+    ("add_int_alpha_1.0", lambda d: torch.add(_ints(d), _ints(d), alpha=1.0), "must not be a floating point"),
+    ("rsub_int_alpha_1.0", lambda d: torch.rsub(_ints(d), _ints(d), alpha=1.0), "must not be a floating point"),
+    ("add_int_scalar_alpha_0.5", lambda d: torch.add(_ints(d), 2, alpha=0.5), "must not be a floating point"),
+    ("add_float_complex_alpha", lambda d: torch.add(_floats(d), _floats(d), alpha=1j), "must not be a complex"),
+], ids=lambda c: c[0])
+def test_add_sub_alpha_of_the_wrong_kind_raises_the_cpus_message(case):
+    _, fn, message = case
+    same_error(fn, match=message)
+
+
+@pytest.mark.parametrize("case", [
+    ("int_plus_float_scalar_alpha_0.5", lambda d: torch.add(_ints(d), 2.5, alpha=0.5)),
+    ("int_plus_float_tensor_alpha_0.5", lambda d: torch.add(_ints(d), _floats(d), alpha=0.5)),
+    ("float_alpha_1.0", lambda d: torch.sub(_floats(d), _ints(d), alpha=1.0)),
+    ("bool_alpha_true", lambda d: torch.add(_ints(d) > 0, _ints(d) > 1, alpha=True)),
+    ("int_alpha_int", lambda d: torch.sub(_ints(d), _ints(d), alpha=3)),
+], ids=lambda c: c[0])
+def test_add_sub_alpha_that_suits_the_result_type_computes_like_the_cpu(case):
+    _, fn = case
+    expected = fn("cpu")
+    got = fn("tpu").cpu()
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected)

@@ -1,6 +1,7 @@
 #include "op_program.h"
 
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/result_type.h>
 
 #include <cstring>
 #include <unordered_map>
@@ -32,10 +33,34 @@ bool UnitAlpha(const OpEntry& e, size_t i, const c10::IValue& v) {
   return s.isFloatingPoint() && s.toDouble() == 1.0;
 }
 
+// The CPU kernels' alpha check (alpha_check in BinaryOps.cpp), against the op's result type.
+// PyTorch 2.13's Python Meta kernels for add/sub let alpha=True through for float results and
+// alpha=1.0 for integer ones, so without it those calls returned a value where the CPU raises.
+void CheckAlpha(const OpEntry& e, const torch::jit::Stack& stack, size_t first) {
+  const c10::IValue& alpha = stack[first + e.unit_alpha_arg];
+  if (!alpha.isScalar() || alpha.isInt()) return;  // an integer alpha suits every result type
+  const c10::IValue& self = stack[first];
+  const c10::IValue& other = stack[first + 1];
+  if (!self.isTensor()) return;
+  const c10::Scalar a = alpha.toScalar();
+  const at::ScalarType self_type = self.toTensor().scalar_type();
+  if (a.isFloatingPoint() && (at::isFloatingType(self_type) || at::isComplexType(self_type))) return;
+  const at::ScalarType result = other.isTensor() ? at::result_type(self.toTensor(), other.toTensor())
+                                : other.isScalar() ? at::result_type(self.toTensor(), other.toScalar())
+                                                   : self_type;
+  TORCH_CHECK(!a.isBoolean() || result == at::ScalarType::Bool,
+              "Boolean alpha only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(result) || at::isComplexType(result) || a.isIntegral(/*includeBool=*/true),
+              "For integral input tensors, argument alpha must not be a floating point number.");
+  TORCH_CHECK(at::isComplexType(result) || !a.isComplex(),
+              "For non-complex input tensors, argument alpha must not be a complex number.");
+}
+
 }  // namespace
 
 // Builds the signature and collects tensors, scalars and generators of the call.
 void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first, Call& call) {
+  if (e.unit_alpha_arg >= 0) CheckAlpha(e, stack, first);
   std::vector<TpuStorage*> seen;
   // One allocation each on the per-op path (tensor lists may still grow them).
   seen.reserve(e.num_args);
