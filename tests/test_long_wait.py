@@ -16,6 +16,10 @@ from conftest import run_python
 # execution in flight at once (no submission waits).
 LONG_PROGRAM = """
     import os, signal, sys, threading, time
+    # Ctrl-C's usual Python handler is what these tests exercise; a child inherits SIGINT ignored
+    # when pytest runs with it ignored (a background job, or a library an earlier test loaded).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     import torch, torch_tpu
     N = 2048
     x = torch.randn(N, N, generator=torch.Generator().manual_seed(0))
