@@ -82,8 +82,9 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
       call.generators.push_back(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()));
       continue;
     } else if (UnitAlpha(e, i, v)) {
-      // Keyed by its type all the same: a hit skips the Meta kernel, which rejects alpha=1.0
-      // and alpha=True for integer tensors.
+      // Keyed by its type (1, 1.0, True) as every scalar is; whether that type suits the
+      // result is CheckAlpha's job, on hits and misses alike (PyTorch's Meta kernel lets
+      // alpha=1.0 on integers through).
       k.push_back(kNone);
       k.push_back(v.isBool() ? 3 : v.isInt() ? 2 : 1);
     } else if (e.role(i) == ArgRole::kScalar) {
