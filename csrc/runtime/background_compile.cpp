@@ -19,6 +19,7 @@ namespace {
 struct Job {
   std::string module, name;
   std::function<void(pjrt::ExecutablePtr)> done;
+  std::string detail;
 };
 
 struct Worker {
@@ -58,7 +59,7 @@ void Loop() {
     lock.unlock();
     pjrt::ExecutablePtr exe;
     try {
-      exe = Runtime::Get().Compile(job.module, job.name, /*notice=*/false);
+      exe = Runtime::Get().Compile(job.module, job.name, /*notice=*/false, job.detail);
     } catch (const std::exception&) {
       // The graph's ops keep running through their own programs; a bad op raises there.
     }
@@ -76,7 +77,8 @@ bool BackgroundCompileEnabled() {
   return enabled;
 }
 
-void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done) {
+void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
+                         std::string detail) {
   Worker& w = GetWorker();
   std::lock_guard<std::mutex> lock(w.mu);
   if (!w.started) {
@@ -85,7 +87,7 @@ void CompileInBackground(std::string module, std::string name, std::function<voi
     pthread_atfork(nullptr, nullptr, ForgetWorkerInChild);
     w.started = true;
   }
-  w.jobs.push_back({std::move(module), std::move(name), std::move(done)});
+  w.jobs.push_back({std::move(module), std::move(name), std::move(done), std::move(detail)});
   w.cv.notify_one();
 }
 

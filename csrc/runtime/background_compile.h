@@ -20,7 +20,9 @@ bool BackgroundCompileEnabled();
 // Queues `module` to compile on the worker thread (through Runtime::Compile, so the memory and
 // disk caches and the metrics see it); `done` runs there with the executable, or null when the
 // compile failed (the graph's ops then keep running one by one, where a failing op raises).
-void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done);
+// `detail` is for the dump only (Runtime::Compile).
+void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
+                         std::string detail = "");
 
 // Waits until every queued compile has finished: at exit (a compile still running when the
 // PJRT client's threads are torn down would abort the process; finishing also fills the disk

@@ -4,8 +4,10 @@
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "background_compile.h"
+#include "dump.h"
 #include "env.h"
 #include "executor.h"
 #include "metrics.h"
@@ -121,15 +123,16 @@ void FusedGraph::Flush(const char* cause) {
     fused = std::make_shared<FusedProgram>();
     std::string module = ModuleText(outputs);
     std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
+    std::string detail = DumpDir().empty() ? "" : Functions();
     bool later = false;
     try {
       // Near the process's mapping budget a whole graph is not loaded at all: its ops run
       // through per-op programs, which other graphs share (Runtime::MappingsTight).
       Runtime& rt = Runtime::Get();
-      if (!rt.MappingsTight()) fused->exe = rt.Cached(module);
+      if (!rt.MappingsTight()) fused->exe = rt.Cached(module, what, detail);
       if (!fused->exe && hot && !rt.MappingsTight()) {
         later = BackgroundCompileEnabled();
-        if (!later) fused->exe = rt.Compile(module, what);
+        if (!later) fused->exe = rt.Compile(module, what, /*notice=*/true, detail);
       }
     } catch (const std::exception&) {
       // Run the ops one by one instead: those before the culprit compute their values, and
@@ -138,7 +141,7 @@ void FusedGraph::Flush(const char* cause) {
       return;
     }
     if (later) {
-      CompileLater(std::move(module), what, fused);
+      CompileLater(std::move(module), what, std::move(detail), fused);
       metrics.fused_graphs_compiled++;  // counted when decided, as a compile in the flush was
       metrics.fused_graphs_op_by_op++;
       RunOneByOne(outputs, targets);
@@ -176,17 +179,35 @@ void FusedGraph::Flush(const char* cause) {
 
 // Registers `fused` as compiling under the current key and queues its module; flushes of the
 // structure run op by op until the worker marks it ready (or failed: then always op by op).
-void FusedGraph::CompileLater(std::string module, const std::string& what, const std::shared_ptr<FusedProgram>& fused) {
+std::string FusedGraph::Functions() const {
+  std::vector<int> order;
+  std::unordered_map<int, std::pair<const Program*, int>> seen;  // by id: the program, its calls
+  for (const Call& call : calls_) {
+    auto [it, fresh] = seen.try_emplace(call.program->id, call.program, 0);
+    if (fresh) order.push_back(call.program->id);
+    it->second.second++;
+  }
+  std::string text = "functions (@f<id>: the op, its calls):";
+  for (int id : order)
+    text += "\n@f" + std::to_string(id) + ": " + seen[id].first->name + " x" + std::to_string(seen[id].second);
+  return text;
+}
+
+void FusedGraph::CompileLater(std::string module, const std::string& what, std::string detail,
+                              const std::shared_ptr<FusedProgram>& fused) {
   fused->state.store(FusedProgram::kCompiling, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(g_fused_mu);
     g_fused[key_] = fused;
   }
-  CompileInBackground(std::move(module), what, [fused](pjrt::ExecutablePtr exe) {
-    bool ok = static_cast<bool>(exe);
-    fused->exe = std::move(exe);
-    fused->state.store(ok ? FusedProgram::kReady : FusedProgram::kFailed, std::memory_order_release);
-  });
+  CompileInBackground(
+      std::move(module), what,
+      [fused](pjrt::ExecutablePtr exe) {
+        bool ok = static_cast<bool>(exe);
+        fused->exe = std::move(exe);
+        fused->state.store(ok ? FusedProgram::kReady : FusedProgram::kFailed, std::memory_order_release);
+      },
+      std::move(detail));
 }
 
 // The recorded calls, each through its own op's program; on a failure every value not yet

@@ -36,7 +36,10 @@ class FusedGraph {
   using Targets = std::vector<std::pair<std::shared_ptr<TpuStorage>, shlo::ElemType>>;
 
   void RunOneByOne(const std::vector<int>& outputs, const Targets& targets);
-  void CompileLater(std::string module, const std::string& what, const std::shared_ptr<FusedProgram>& fused);
+  void CompileLater(std::string module, const std::string& what, std::string detail,
+                    const std::shared_ptr<FusedProgram>& fused);
+  // For the dump (TORCH_TPU_DUMP_DIR): which op each @f<id> of the module is, and how often it is called.
+  std::string Functions() const;
   int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type);
   void MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards);
   std::string ModuleText(const std::vector<int>& outputs);

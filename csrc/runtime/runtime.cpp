@@ -10,6 +10,7 @@
 #include "../lowering/lowering.h"
 #include "compile_notice.h"
 #include "disk_cache.h"
+#include "dump.h"
 #include "executor.h"
 #include "env.h"
 #include "long_wait.h"
@@ -25,6 +26,10 @@ RuntimeConfig& PendingConfig() {
 }
 std::mutex g_runtime_mu;
 Runtime* g_runtime = nullptr;
+
+int64_t MicrosecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+}
 
 }  // namespace
 
@@ -190,6 +195,10 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
     const char* value = std::getenv(name);
     disk_key_options_ += std::string(1, '\0') + name + "=" + (value ? value : "");
   }
+  if (!DumpDir().empty())
+    dump_platform_ = client_->platform_name() + " " + client_->platform_version() + ", PJRT API " +
+                     std::to_string(plugin->api_major()) + "." + std::to_string(plugin->api_minor()) + ", plugin " +
+                     config_.plugin_path;
   cache_dir_ = DiskCacheDir(client_->platform_name(), client_->platform_version(), plugin->api_major(),
                             plugin->api_minor());
   // Every platform but the XLA CPU plugin compiles chlo.ragged_dot (TORCH_TPU_RAGGED_DOT=0/1 overrides).
@@ -261,12 +270,22 @@ void Runtime::CheckProgramLimit() {
                     9);
 }
 
-pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text) {
-  std::string key;
-  return Cached(module_text, &key);
+std::string Runtime::Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
+                          bool from_disk, const std::string& disk_key) {
+  if (DumpDir().empty()) return "";
+  DumpRecord record{op_name, detail, from_disk, dump_platform_, compile_options_,
+                    disk_key.empty() && !cache_dir_.empty() ? DiskCacheKey(module_text, disk_key_options_) : disk_key};
+  return DumpProgram(record, module_text);
 }
 
-pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, std::string* disk_key) {
+pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::string& op_name,
+                                    const std::string& detail) {
+  std::string key;
+  return Cached(module_text, op_name, detail, &key);
+}
+
+pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::string& op_name,
+                                    const std::string& detail, std::string* disk_key) {
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = executables_.find(module_text);
@@ -288,16 +307,19 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, std::string*
   m.disk_cache_hits++;
   m.disk_load_time_us +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+  Dump(module_text, op_name, detail, /*from_disk=*/true, key);
   std::lock_guard<std::mutex> lock(cache_mu_);
   return executables_.emplace(module_text, exe).first->second;
 }
 
-pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name, bool notice) {
+pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name, bool notice,
+                                     const std::string& detail) {
   std::string key;
-  if (pjrt::ExecutablePtr exe = Cached(module_text, &key)) return exe;
+  if (pjrt::ExecutablePtr exe = Cached(module_text, op_name, detail, &key)) return exe;
   Metrics& m = GetMetrics();
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
+  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   std::optional<CompileNotice> waiting;
@@ -305,8 +327,10 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   try {
     exe = client_->Compile(module_text, compile_options_);
   } catch (const pjrt::Error& e) {
+    DumpCompileEnd(dumped, MicrosecondsSince(start), e.what());
     throw pjrt::Error("compiling " + op_name + " failed: " + e.what() + "\n" + module_text, e.code());
   }
+  DumpCompileEnd(dumped, MicrosecondsSince(start));
   if (!key.empty()) {
     try {
       std::string bytes = exe->Serialize();

@@ -88,10 +88,13 @@ class Runtime {
 
   // Compiles a module, or finds it in the memory cache, or loads it from the disk cache
   // ($TORCH_TPU_CACHE_DIR); `op_name` is for errors and metrics. `notice`: a caller waits on it
-  // (compile_notice.h); background compiles keep quiet.
-  pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name, bool notice = true);
+  // (compile_notice.h); background compiles keep quiet. `detail` only goes into the dump
+  // (TORCH_TPU_DUMP_DIR, dump.h), as does `op_name`.
+  pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name, bool notice = true,
+                              const std::string& detail = "");
   // The executable of a module compiled before (memory cache, then disk cache); null if none.
-  pjrt::ExecutablePtr Cached(const std::string& module_text);
+  pjrt::ExecutablePtr Cached(const std::string& module_text, const std::string& op_name = "",
+                             const std::string& detail = "");
   // Folder of this plugin's disk cache ("" when disabled).
   const std::string& cache_dir() const { return cache_dir_; }
   size_t compiled_programs() const;
@@ -146,12 +149,17 @@ class Runtime {
   void CheckProgramLimit();  // throws pjrt::Error when no more programs can be loaded
   // Cached, setting *disk_key when it hashed the module for the disk cache: Compile reuses the
   // key instead of hashing the module text a second time.
-  pjrt::ExecutablePtr Cached(const std::string& module_text, std::string* disk_key);
+  pjrt::ExecutablePtr Cached(const std::string& module_text, const std::string& op_name, const std::string& detail,
+                             std::string* disk_key);
+  // Writes the module to TORCH_TPU_DUMP_DIR when set (dump.h); returns the file ("" if none).
+  std::string Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
+                   bool from_disk, const std::string& disk_key);
   size_t MappingsInUse();    // this process's memory mappings, recounted at adaptive intervals
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
   std::string disk_key_options_;  // compile options and the compiler flags read from the environment
+  std::string dump_platform_;     // the platform line of dump headers
   std::string cache_dir_;
   size_t max_programs_ = static_cast<size_t>(-1);  // TORCH_TPU_MAX_PROGRAMS
   size_t max_mappings_ = 0;                         // vm.max_map_count on the CPU platform, else 0 (no limit)
