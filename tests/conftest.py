@@ -1,5 +1,12 @@
 """Shared setup for the Python tests: two CPU-plugin devices, quiet notices, and helpers
-that compare a tpu result with PyTorch's CPU result on the same inputs."""
+that compare a tpu result with PyTorch's CPU result on the same inputs.
+
+Tests are honest on any plugin. The platform they are checked against is
+TORCH_TPU_TEST_PLATFORM, by default the one the loaded plugin reports (tpu, cuda, cpu).
+A check true only of the XLA CPU plugin carries `@cpu_plugin_only("why")`, and skips, saying
+so, on any other platform; one that needs several devices carries `@needs_devices(n)` (only
+the CPU plugin makes devices on request, with TORCH_TPU_NUM_DEVICES). Running the suite with
+TORCH_TPU_TEST_PLATFORM=cuda on the CPU plugin shows which tests would skip on a GPU."""
 import os
 import subprocess
 import sys
@@ -64,6 +71,53 @@ def run_python(code, env=None, timeout=120):
 @pytest.fixture
 def tpu():
     return torch.device("tpu:0")
+
+
+_platform = None
+
+
+def platform_under_test():
+    """The platform the suite checks against: TORCH_TPU_TEST_PLATFORM, else the plugin's own."""
+    global _platform
+    if _platform is None:
+        _platform = os.environ.get("TORCH_TPU_TEST_PLATFORM") or torch_tpu.platform()
+    return _platform
+
+
+def on_cpu_plugin():
+    return platform_under_test() == "cpu"
+
+
+def cpu_plugin_only(reason):
+    """Marks a test whose check is true only of the XLA CPU plugin (`reason` says why)."""
+    return pytest.mark.cpu_plugin_only(reason=reason)
+
+
+def needs_devices(n):
+    """Marks a test that needs `n` tpu devices (the CPU plugin makes them on request)."""
+    return pytest.mark.needs_devices(n)
+
+
+def last_device():
+    """The last tpu device: tpu:1 with the CPU plugin's two, tpu:0 on one accelerator chip."""
+    return torch.device("tpu", torch.tpu.device_count() - 1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_plugin_only(reason): checks what only the XLA CPU plugin does")
+    config.addinivalue_line("markers", "needs_devices(n): needs n tpu devices")
+
+
+def pytest_runtest_setup(item):
+    # Decided when the test runs, not at collection: asking the platform starts the runtime.
+    mark = item.get_closest_marker("cpu_plugin_only")
+    if mark is not None and not on_cpu_plugin():
+        pytest.skip(f"true only of the XLA CPU plugin, and this run checks the {platform_under_test()} platform: "
+                    f"{mark.kwargs.get('reason') or mark.args[0]}")
+    mark = item.get_closest_marker("needs_devices")
+    if mark is not None and torch.tpu.device_count() < mark.args[0]:
+        pytest.skip(f"needs {mark.args[0]} tpu devices, the plugin has {torch.tpu.device_count()} "
+                    "(TORCH_TPU_NUM_DEVICES makes more on the CPU plugin only)")
 
 
 def pytest_terminal_summary(terminalreporter):

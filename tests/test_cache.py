@@ -36,7 +36,8 @@ def test_second_process_starts_warm(tmp_path):
     assert warm["sum"] == cold["sum"]
     files = glob.glob(str(tmp_path / "*" / "*.bin"))
     assert len(files) == cold["m"]["programs_compiled"]
-    assert all(os.path.basename(os.path.dirname(f)).startswith("cpu-") for f in files)  # per-plugin folder
+    platform = torch_tpu.platform()
+    assert all(os.path.basename(os.path.dirname(f)).startswith(f"{platform}-") for f in files)  # per-plugin folder
 
 
 def test_compiler_flags_from_the_environment_key_the_disk_cache(tmp_path):

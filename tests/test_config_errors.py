@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from conftest import cpu_plugin_only, run_python
 
 
 def child(code, env, timeout=300):
@@ -61,6 +61,7 @@ def test_num_devices_out_of_bounds_is_an_error(value):
     assert "AVAILABLE False" in r.stdout
 
 
+@cpu_plugin_only("only the CPU plugin makes as many devices as TORCH_TPU_NUM_DEVICES asks for")
 def test_num_devices_in_bounds():
     r = child(COUNT_CODE, {"TORCH_TPU_NUM_DEVICES": "3"})
     assert "COUNT 3" in r.stdout, r.stdout + r.stderr

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import assert_same
+from conftest import assert_same, last_device, needs_devices
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool]
@@ -131,6 +131,7 @@ def test_broadcast_copies():
         t.copy_(torch.zeros(2, 5))
 
 
+@needs_devices(2)
 def test_copy_across_devices_then_compute():
     c = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     t0 = c.to("tpu:0")
@@ -159,8 +160,8 @@ def test_to_device_and_dtype(dtype):
     c = torch.linspace(-3, 3, 12).reshape(3, 4)
     t = c.to("tpu", dtype)
     assert_same(t, c.to(dtype))
-    t2 = c.to(device="tpu:1", dtype=dtype)
-    assert t2.device.index == 1
+    t2 = c.to(device=last_device(), dtype=dtype)
+    assert t2.device == last_device()
     assert_same(t2, c.to(dtype))
     assert t.to("tpu") is t  # no copy when nothing changes
     assert t.to("tpu", copy=True) is not t
@@ -233,8 +234,9 @@ def test_repr_matches_cpu(make):
     r = repr(t)
     assert "device='tpu:0'" in r
     assert _strip_device(r) == repr(c)
-    assert str(t.to("tpu:1")).count("device='tpu:1'") == 1
-    assert _strip_device(str(t.to("tpu:1")).replace("tpu:1", "tpu:0")) == str(c)
+    last = str(last_device())
+    assert str(t.to(last)).count(f"device='{last}'") == 1
+    assert _strip_device(str(t.to(last)).replace(last, "tpu:0")) == str(c)
 
 
 def test_save_and_load_map_location(tmp_path):
@@ -257,11 +259,11 @@ def test_save_and_load_map_location(tmp_path):
     same["w"].fill_(1)
     assert_same(same["view"], torch.ones(4, 3)[1:])
 
-    to1 = torch.load(path, map_location="tpu:1")
-    assert to1["w"].device == torch.device("tpu:1")
+    to1 = torch.load(path, map_location=str(last_device()))
+    assert to1["w"].device == last_device()
     assert_same(to1["w"], c["w"])
-    mapped = torch.load(path, map_location={"tpu:0": "tpu:1"})
-    assert mapped["b"].device == torch.device("tpu:1")
+    mapped = torch.load(path, map_location={"tpu:0": str(last_device())})
+    assert mapped["b"].device == last_device()
     assert_same(mapped["b"], c["b"])
     to_tpu = torch.load(path, map_location="tpu", weights_only=True)
     assert to_tpu["w"].device.type == "tpu"
@@ -278,8 +280,8 @@ def test_save_and_load_map_location(tmp_path):
     sd = torch.load(buf2, map_location=lambda storage, loc: storage)  # stays on the host
     assert sd["weight"].device.type == "cpu"
     buf2.seek(0)
-    sd = torch.load(buf2, map_location=lambda storage, loc: storage.tpu(1))
-    assert sd["weight"].device == torch.device("tpu:1")
+    sd = torch.load(buf2, map_location=lambda storage, loc: storage.tpu(last_device().index))
+    assert sd["weight"].device == last_device()
 
 
 def test_module_to_and_parameters():
@@ -308,7 +310,7 @@ def test_copies_resolve_conj_and_neg_bits():
     assert torch.equal(d.cpu(), c.conj())
     d.conj().copy_(c)  # host to device, conj destination
     assert torch.equal(d.cpu(), c.conj())
-    d.conj().copy_(t.to("tpu:1"))  # across devices, conj destination
+    d.conj().copy_(t.to(last_device()))  # across devices (where there are two), conj destination
     assert torch.equal(d.cpu(), c.conj())
     x = torch.tensor([1.0, -2.0, 3.0])
     n = torch._neg_view(x.to("tpu"))

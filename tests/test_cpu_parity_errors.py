@@ -8,6 +8,8 @@ import torch.nn.functional as F
 
 import torch_tpu
 
+from conftest import needs_devices
+
 
 @pytest.fixture(params=["strict", "fused"], autouse=True)
 def mode(request):
@@ -235,6 +237,7 @@ def test_device_index_that_does_not_exist_raises(fn):
     torch.tpu.set_device(0)
 
 
+@needs_devices(2)
 def test_index_on_another_device_raises_like_cuda():
     x = torch.ones(3, device="tpu:0")
     with pytest.raises(RuntimeError, match="same device"):

@@ -11,6 +11,8 @@ import textwrap
 import pytest
 import torch
 
+from conftest import needs_devices
+
 pytest.importorskip("diffusers")
 
 WORKER = textwrap.dedent('''
@@ -79,6 +81,7 @@ WORKER = textwrap.dedent('''
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
 @pytest.mark.skipif(os.environ.get("TORCH_TPU_EAGER_MODE", "fused") != "fused",
                     reason="two processes cost a minute: run in the suite's fused (default) pass only")
+@needs_devices(2)
 def test_flux_transformer_split_across_two_processes(tmp_path):
     """One pair of processes checks both splits (a process pair costs more than the checks)."""
     script = tmp_path / "worker.py"

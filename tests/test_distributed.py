@@ -9,6 +9,8 @@ import textwrap
 import pytest
 import torch
 
+from conftest import needs_devices
+
 WORKER = textwrap.dedent('''
     import os, sys, tempfile, warnings
     warnings.simplefilter("ignore", FutureWarning)  # all_gather_into_tensor's new name
@@ -97,6 +99,7 @@ WORKER = textwrap.dedent('''
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+@needs_devices(2)
 @pytest.mark.parametrize("backend", ["gloo", "tpu_dist"])  # tpu_dist: what Transformers asks for on tpu
 def test_collectives_and_ddp_across_two_processes(tmp_path, backend):
     script = tmp_path / "worker.py"

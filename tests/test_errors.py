@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import torch
 
-from conftest import run_python
+from conftest import needs_devices, run_python
 
 
 def cpu_and_tpu_error(fn):
@@ -70,6 +70,7 @@ def test_in_place_dtype_and_shape_errors_as_cpu():
                                           out=torch.empty(3, dtype=torch.int64, device=d)))
 
 
+@needs_devices(2)
 def test_tensors_on_different_devices():
     a = torch.ones(3, device="tpu")
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
@@ -91,6 +92,7 @@ def test_tensors_on_different_devices():
     assert torch.equal(a.cpu(), torch.full((3,), 2.0))
 
 
+@needs_devices(2)
 def test_tensors_on_different_devices_in_fallback_ops():
     # An op without a native kernel must not hide the mismatch by moving everything to the CPU.
     a = torch.ones(3, 3, device="tpu")
@@ -178,7 +180,7 @@ def test_out_of_memory_in_subprocess():
             print("OOM-COMPUTE")
         # Memory is fine again after the failure; device 1 has its own budget.
         b = torch.ones(1024, device="tpu")
-        c = torch.ones(1024, device="tpu:1")
+        c = torch.ones(1024, device=f"tpu:{torch.tpu.device_count() - 1}")
         assert (b + 1).sum().item() == 2048 and c.sum().item() == 1024
         free, total = torch.tpu.mem_get_info()
         assert total == 100000, total

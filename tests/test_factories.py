@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import assert_same
+from conftest import assert_same, last_device, needs_devices
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
           torch.int64, torch.uint8, torch.bool]
@@ -53,8 +53,8 @@ def test_full_infers_dtype():
     both(lambda d: torch.zeros(5, device=d).new_full((2,), 4))
     both(lambda d: torch.zeros(5, dtype=torch.int32, device=d).new_zeros((3, 1)))
     both(lambda d: torch.zeros(5, device=d).new_ones(2, dtype=torch.float64))
-    t = torch.zeros(5, device="tpu:1").new_empty((3,))
-    assert t.device == torch.device("tpu:1") and t.shape == (3,)
+    t = torch.zeros(5, device=last_device()).new_empty((3,))
+    assert t.device == last_device() and t.shape == (3,)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_eye(shape, dtype):
 
 
 def test_like_factories_keep_device_dtype_and_layout():
-    for device in ["tpu:0", "tpu:1"]:
+    for device in sorted({"tpu:0", str(last_device())}):
         base_c = torch.arange(12, dtype=torch.float64).reshape(3, 4).t()
         base = base_c.to(device)
         for fn in [torch.zeros_like, torch.ones_like, lambda x: torch.full_like(x, 2.5),
@@ -219,6 +219,7 @@ def test_random_reproducible_with_seed(make):
         assert not torch.equal(make(g).cpu(), a)
 
 
+@needs_devices(2)
 def test_random_differs_between_devices_with_different_seeds():
     torch.tpu.manual_seed_all(0)
     with torch.tpu.device(1):

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from conftest import cpu_plugin_only, run_python
 
 # y @ I, K times: each product costs a full 2048x2048 matmul (the identity is a run-time input)
 # and leaves y exact, so the value read after the interrupt is checked against x itself. K is
@@ -44,6 +44,8 @@ def child(code, **env):
     return r
 
 
+@cpu_plugin_only("the program is sized to run about 1.5 s on the CPU (at most 14 matmuls of 2048x2048); "
+                 "an accelerator finishes it before the interrupt arrives")
 def test_ctrl_c_interrupts_a_long_wait_and_the_values_stay_readable():
     # One process (a fresh interpreter costs seconds): each sync waits on its own long program,
     # is interrupted 0.3 s in, and the value is read afterwards. The first wait passes the

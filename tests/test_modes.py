@@ -9,7 +9,7 @@ import torch
 
 import torch_tpu
 
-from conftest import assert_same
+from conftest import assert_same, needs_devices
 
 
 @pytest.fixture(autouse=True)
@@ -318,6 +318,7 @@ def test_reentrant_checkpoint_backward_on_the_calling_thread():
     torch.testing.assert_close(lin_t.weight.grad.cpu(), lin.weight.grad)
 
 
+@needs_devices(2)
 def test_backward_over_two_devices_on_the_calling_thread():
     # Without the engine's per-device threads, one pass still reaches both devices' nodes.
     torch.manual_seed(0)

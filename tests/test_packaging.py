@@ -14,7 +14,7 @@ import torch_tpu
 import torch_tpu.__main__
 from torch_tpu import _compat, _plugin
 
-from conftest import run_python
+from conftest import cpu_plugin_only, run_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,6 +98,7 @@ def stand_ins(tmp_path, monkeypatch):
         del sys.modules[name]
 
 
+@pytest.mark.skipif(not _plugin.package_version("xla-cpu-pjrt"), reason="xla-cpu-pjrt is not installed (an accelerator image)")
 def test_discovery_defaults_to_the_cpu_plugin(stand_ins):
     stand_ins("xla_cuda13")  # a CUDA plugin without a GPU is not chosen
     stand_ins("libtpu")  # nor libtpu without a TPU
@@ -160,6 +161,7 @@ def filled_cache(tmp_path_factory):
     return cache_dir, entries
 
 
+@cpu_plugin_only("expects the XLA CPU plugin chosen by default, with the two devices TORCH_TPU_NUM_DEVICES asks for")
 def test_info_prints_what_a_bug_report_needs(filled_cache):
     cache_dir, entries = filled_cache
     out = _cli("info", TORCH_TPU_CACHE_DIR=cache_dir, TORCH_TPU_NUM_DEVICES="2", XLA_FLAGS="--xla_cpu_enable_fast_math=false",

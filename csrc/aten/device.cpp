@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
+#include <vector>
 
 #include "common.h"
 #include "dispatch.h"
@@ -27,13 +29,31 @@ namespace {
 
 thread_local c10::DeviceIndex t_current_device = 0;
 
-int64_t MemoryLimitBytes() {
-  static int64_t limit = [] {
-    if (auto bytes = runtime::EnvBytes("TORCH_TPU_MEMORY_LIMIT")) return *bytes;  // "100MB", "2GiB", "1e9"
-    // The CPU plugin's memory is host memory: its physical size is the honest limit.
-    return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
-  }();
-  return limit;
+// What the plugin says about a device's memory; false where it keeps no statistics (the XLA
+// CPU plugin). Accelerator plugins do: there the device's own numbers are the honest ones.
+bool PluginMemoryStats(int device, pjrt::DeviceMemoryStats* out) {
+  if (device < 0) device = CurrentDevice();
+  return device < DeviceCount() && Runtime::Get().client().MemoryStats(device, out);
+}
+
+// The most a device holds: TORCH_TPU_MEMORY_LIMIT ("100MB", "2GiB", "1e9"), else what the plugin
+// reports (a GPU's allocator pool), else the host's physical memory, which is the CPU plugin's
+// device memory. Fixed per device once read.
+int64_t MemoryLimitBytes(int device) {
+  static const std::optional<int64_t> from_env = runtime::EnvBytes("TORCH_TPU_MEMORY_LIMIT");
+  if (from_env) return *from_env;
+  static std::mutex mu;
+  static std::vector<int64_t> limits;
+  if (device < 0) device = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<size_t>(device) >= limits.size()) limits.resize(device + 1, -1);
+  if (limits[device] < 0) {
+    pjrt::DeviceMemoryStats stats;
+    limits[device] = PluginMemoryStats(device, &stats) && stats.bytes_limit > 0
+                         ? stats.bytes_limit
+                         : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+  }
+  return limits[device];
 }
 
 struct DeviceCounters {
@@ -46,13 +66,14 @@ class TpuAllocator final : public c10::DeviceAllocator {
     int device = CurrentDevice();
     Runtime& rt = Runtime::Get();
     TORCH_CHECK(device < rt.device_count(), "tpu: invalid device index ", device);
+    const int64_t limit = MemoryLimitBytes(device);
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& st = Stats(device);
       int64_t in_use = st.allocated_bytes[0].current;
-      TORCH_CHECK_WITH(OutOfMemoryError, in_use + static_cast<int64_t>(nbytes) <= MemoryLimitBytes(),
+      TORCH_CHECK_WITH(OutOfMemoryError, in_use + static_cast<int64_t>(nbytes) <= limit,
                        "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:", device, " with ",
-                       in_use, " bytes already allocated and a limit of ", MemoryLimitBytes(), " bytes");
+                       in_use, " bytes already allocated and a limit of ", limit, " bytes");
       for (auto* s : {&st.allocated_bytes[0], &st.reserved_bytes[0], &st.active_bytes[0], &st.requested_bytes[0]})
         s->increase(nbytes);
       for (auto* s : {&st.allocation[0], &st.segment[0], &st.active[0]}) s->increase(1);
@@ -107,10 +128,18 @@ class TpuAllocator final : public c10::DeviceAllocator {
                       &st.active_bytes, &st.requested_bytes})
       for (auto& s : *arr) s.reset_peak();
   }
+  // Free is the limit less what is in use: on a plugin with statistics, what the device itself
+  // holds (XLA's temporaries and other clients' buffers too), else the tensors counted here.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    int64_t used = Stats(device).allocated_bytes[0].current;
-    int64_t total = MemoryLimitBytes();
+    int64_t total = MemoryLimitBytes(device);
+    pjrt::DeviceMemoryStats stats;
+    int64_t used;
+    if (PluginMemoryStats(device, &stats)) {
+      used = stats.bytes_in_use;
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      used = Stats(device).allocated_bytes[0].current;
+    }
     return {static_cast<size_t>(std::max<int64_t>(total - used, 0)), static_cast<size_t>(total)};
   }
 

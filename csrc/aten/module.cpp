@@ -99,6 +99,16 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(p.api_major(), p.api_minor());
   });
   m.def("_device_kind", [](int index) { return runtime::Runtime::Get().client().device_kind(index); });
+  // The plugin's own memory statistics (None where it keeps none, as the XLA CPU plugin).
+  m.def("_plugin_memory_stats", [](int index) -> py::object {
+    pjrt::DeviceMemoryStats s;
+    if (!runtime::Runtime::Get().client().MemoryStats(index, &s)) return py::none();
+    py::dict d;
+    d["bytes_in_use"] = s.bytes_in_use;
+    d["peak_bytes_in_use"] = s.peak_bytes_in_use;
+    d["bytes_limit"] = s.bytes_limit;
+    return d;
+  });
   m.def("_current_device", [] { return static_cast<int>(aten::CurrentDevice()); });
   m.def("_set_device", [](int index) { aten::SetCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
   m.def("_executions_in_flight", [](int device) { return runtime::Runtime::Get().ExecutionsInFlight(device); });
