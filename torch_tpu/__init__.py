@@ -63,6 +63,9 @@ _dynamo_hooks.install()
 from . import distributed as _distributed  # noqa: E402
 
 _distributed.install()
+from . import _other_accelerators  # noqa: E402
+
+_other_accelerators.install()  # a CUDA backward here fails; say why (see the module)
 
 
 def _autograd_threads_started():
