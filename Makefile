@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 WHEEL_BASE := build/wheel-base
 
-.PHONY: all setup build wheel wheel-test demo test cpp-test py-test bench bench-generate bench-peers transformers-tests diffusers-tests clean opcheck
+.PHONY: all setup build wheel wheel-test demo test cpp-test py-test bench bench-generate bench-peers transformers-tests diffusers-tests clean opcheck device-check device-wheel
 
 all: build
 
@@ -106,6 +106,29 @@ diffusers-tests: build
 	@test -n "$(DIFFUSERS_SRC)" || { echo "set DIFFUSERS_SRC=<diffusers checkout>"; exit 1; }
 	$(PY) -m pip install -q parameterized requests-mock  # imported by Diffusers' test files, not by the library
 	$(PY) tools/diffusers_tests.py --src "$(DIFFUSERS_SRC)" $(if $(TESTS),--tests $(TESTS))
+
+# The accelerator check (README "Checking an accelerator machine"): the machine's own Python and
+# PyTorch, wheels carried in .whl/, one report file ($$OUT/device_check.md, else build/). It refuses
+# the XLA CPU plugin; DEVICE_CHECK_ARGS=--allow-cpu runs it here (tests/test_device_check.py does).
+DEVICE_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+DEVICE_CHECK_ARGS ?=
+device-check:
+	$(DEVICE_PYTHON) tools/device_check.py $(DEVICE_CHECK_ARGS)
+
+# The wheels to carry to a device image into .whl/: torch_tpu built here for that image's Python and
+# PyTorch (pip's torch==2.11.0 is the +cu130 build the GPU image has), and Transformers, which the
+# image has at another version. A venv of its own under build/; the build folder is per wheel tag.
+DEVICE_TORCH ?= 2.11.0
+DEVICE_PY ?= python3.12
+DEVICE_VENV := build/venv-device-$(DEVICE_TORCH)
+device-wheel:
+	test -x $(DEVICE_VENV)/bin/python || $(DEVICE_PY) -m venv $(DEVICE_VENV)
+	$(DEVICE_VENV)/bin/python -m pip install -q torch==$(DEVICE_TORCH) $(XLA_CPU_PJRT) numpy scikit-build-core ninja cmake
+	mkdir -p .whl
+	rm -f .whl/torch_tpu-*.whl
+	flock $(BUILD_LOCK) $(DEVICE_VENV)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w .whl .
+	$(DEVICE_VENV)/bin/python -m pip download -q --no-deps -d .whl transformers==5.24.0
+	ls -l .whl
 
 clean:
 	rm -rf build dist
