@@ -22,14 +22,16 @@ os.environ.setdefault("TORCH_TPU_QUIET", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import torch_tpu  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # bench/jax_llama.py, also from a link
 try:
     import jax
     import jax.numpy as jnp
+
+    import jax_llama as jl
 except ImportError:
     sys.exit("bench/peers.py needs JAX: run `make bench-peers` (it installs jax into the venv)")
 
@@ -99,70 +101,18 @@ def torch_workloads(device, wrap, inputs):
 # ---------------------------------------------------------------- JAX side (same weights)
 
 def jax_params(llama, mlp):
-    p = {k: jnp.asarray(v.detach().cpu().numpy()) for k, v in llama.state_dict().items()}
+    p = jl.params_from_state_dict(llama.state_dict())
     m = [(jnp.asarray(l.weight.detach().cpu().numpy()), jnp.asarray(l.bias.detach().cpu().numpy()))
          for l in mlp if isinstance(l, torch.nn.Linear)]
     return p, m
 
 
-def rms_norm(x, w, eps=1e-6):
-    x32 = x.astype(jnp.float32)
-    return w * (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + eps)).astype(x.dtype)
-
-
-def rope(x, positions, head_dim, theta=10000.0):
-    inv_freq = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
-    freqs = positions[:, None].astype(jnp.float32) * inv_freq[None, :]
-    emb = jnp.concatenate([freqs, freqs], -1)
-    x1, x2 = jnp.split(x, 2, -1)
-    return x * jnp.cos(emb) + jnp.concatenate([-x2, x1], -1) * jnp.sin(emb)
-
-
 def jax_llama_loss(p, ids):
-    """Transformers' LlamaForCausalLM forward with labels=ids (the shifted mean cross entropy)."""
-    h_dim, n_heads, n_kv = LLAMA["hidden_size"], LLAMA["num_attention_heads"], LLAMA["num_key_value_heads"]
-    d = h_dim // n_heads
-    b, s = ids.shape
-    pos = jnp.arange(s)
-    x = p["model.embed_tokens.weight"][ids]
-    causal = jnp.tril(jnp.ones((s, s), bool))
-    for i in range(LLAMA["num_hidden_layers"]):
-        pre = f"model.layers.{i}."
-        h = rms_norm(x, p[pre + "input_layernorm.weight"])
-        q = (h @ p[pre + "self_attn.q_proj.weight"].T).reshape(b, s, n_heads, d).transpose(0, 2, 1, 3)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].T).reshape(b, s, n_kv, d).transpose(0, 2, 1, 3)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].T).reshape(b, s, n_kv, d).transpose(0, 2, 1, 3)
-        q, k = rope(q, pos, d), rope(k, pos, d)
-        k, v = jnp.repeat(k, n_heads // n_kv, 1), jnp.repeat(v, n_heads // n_kv, 1)
-        scores = jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / np.sqrt(d), -jnp.inf)
-        attn = (jax.nn.softmax(scores, -1) @ v).transpose(0, 2, 1, 3).reshape(b, s, h_dim)
-        x = x + attn @ p[pre + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"])
-        gate, up = h @ p[pre + "mlp.gate_proj.weight"].T, h @ p[pre + "mlp.up_proj.weight"].T
-        x = x + (jax.nn.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T
-    logits = rms_norm(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
-    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), -1)
-    return -jnp.mean(jnp.take_along_axis(logp, ids[:, 1:, None], -1))
-
-
-def adamw(params, grads, state, lr=LR, b1=0.9, b2=0.999, eps=1e-8, wd=0.01):
-    """torch.optim.AdamW's defaults, step for step."""
-    step, m, v = state
-    step = step + 1
-    m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
-    v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
-    c1, c2 = 1 - b1 ** step, 1 - b2 ** step
-
-    def update(p, m, v):
-        p = p * (1 - lr * wd)
-        return p - lr * (m / c1) / (jnp.sqrt(v / c2) + eps)
-    return jax.tree.map(update, params, m, v), (step, m, v)
+    return jl.llama_loss(p, ids, LLAMA)
 
 
 def jax_llama_train(params, state, ids):
-    loss, grads = jax.value_and_grad(jax_llama_loss)(params, ids)
-    params, state = adamw(params, grads, state)
-    return params, state, loss
+    return jl.llama_train_step(params, state, ids, LLAMA, LR)
 
 
 def jax_mlp_loss(layers, x):
@@ -177,7 +127,7 @@ def jax_workloads(jit, llama, mlp, inputs):
     wrap = jax.jit if jit else (lambda f: f)
     p, m = jax_params(llama, mlp)
     j = {k: jnp.asarray(v.numpy()) for k, v in inputs.items()}
-    state = [p, (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, p), jax.tree.map(jnp.zeros_like, p))]
+    state = [p, jl.adamw_init(p)]
     fwd, train = wrap(jax_llama_loss), wrap(jax_llama_train)
     mlp_grad, add, matmul = wrap(jax.value_and_grad(jax_mlp_loss)), wrap(jnp.add), wrap(jnp.matmul)
 
