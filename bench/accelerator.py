@@ -5,11 +5,14 @@ present, PyTorch CUDA eager and Inductor. Each setup runs in its own process wit
 compilation cache (its first calls are cold); inside it, each workload is timed in rounds of
 synchronised calls that alternate between workloads, and the table shows medians of the per-round
 medians, ratios against JAX jit, and the loss of the first forward and of two training steps, which
-must agree across setups (a setup whose loss differs is flagged DIFFERS).
+must agree across setups (a setup whose loss differs is flagged DIFFERS). For the tpu setups it also
+says how much of each first call was the XLA compiler's (the rest: Dynamo, lowering, running) and,
+from TORCH_TPU_DUMP_DIR, the distribution of compile times per kind of program (per-op, fused
+graph, compiled graph): count, median, 90th percentile, max.
 
     python bench/accelerator.py [--small] [--out FILE] [--json FILE] [--setups a,b] [--rounds 3]
                                 [--iters 10] [--layers 4 --hidden 1024 --vocab 32000 --batch 8 --seq 512]
-                                [--matmul 8192] [--precision high]
+                                [--matmul 8192] [--precision high] [--xla-flags "--xla_gpu_..."]
 
 Defaults are the issue's model (Llama of 4 layers, hidden 1024, vocabulary 32000, batch 8 x 512,
 float32 weights, eager attention, float32 matmul precision "high"). --small is a model small enough
@@ -20,6 +23,7 @@ installs it); without it the JAX row says so and ratios are against the first se
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -142,17 +146,45 @@ def jax_setup(args):
     return calls, lambda out: float(out)
 
 
+def compile_stats(dump_dir):
+    """Compile wall times from TORCH_TPU_DUMP_DIR's files, by kind (op, fused, compiled): count,
+    median, 90th percentile, max and total, in ms."""
+    times = {}
+    for name in sorted(os.listdir(dump_dir)) if dump_dir and os.path.isdir(dump_dir) else []:
+        m = re.match(r".*?-(op|fused|compiled)(-cached)?-", name)
+        if not m or m.group(2):
+            continue
+        with open(os.path.join(dump_dir, name), errors="replace") as f:
+            found = re.search(r"^// compiled in ([0-9.]+) ms$", f.read(), re.M)
+        if found:
+            times.setdefault(m.group(1), []).append(float(found.group(1)))
+    out = {}
+    for kind, v in times.items():
+        v.sort()
+        out[kind] = dict(n=len(v), median=statistics.median(v), p90=v[min(len(v) - 1, int(0.9 * len(v)))],
+                         max=v[-1], total=sum(v))
+    return out
+
+
 def run_setup(setup, args):
     """Cold first calls, losses, then rounds of timed calls; returns the result as a dict."""
     start = time.perf_counter()
     calls, value = jax_setup(args) if setup == "jax jit" else torch_setup(setup, args)
     res = dict(setup=setup, build_s=time.perf_counter() - start)
-    start = time.perf_counter()
+    tpu = setup.startswith("tpu")
+    if tpu:
+        import torch_tpu
+
+    def xla_compile_s():  # the XLA compiler's share of a first call (the rest: tracing, lowering)
+        return torch_tpu.metrics()["compile_time_s"] if tpu else 0.0
+    c0, start = xla_compile_s(), time.perf_counter()
     res["loss_forward"] = value(calls["forward"]())
     res["first_forward_s"] = time.perf_counter() - start
-    start = time.perf_counter()
+    c1, start = xla_compile_s(), time.perf_counter()
     losses = [value(calls["train"]())]
     res["first_train_s"] = time.perf_counter() - start
+    if tpu:
+        res["first_xla_s"] = [c1 - c0, xla_compile_s() - c1]
     losses.append(value(calls["train"]()))
     res["loss_train"] = losses
     per_round = {w: [] for w in WORKLOADS}
@@ -170,12 +202,12 @@ def run_setup(setup, args):
             per_round[w].append(statistics.median(samples))
     res["rounds"] = per_round
     res["median"] = {w: statistics.median(v) for w, v in per_round.items()}
-    if setup.startswith("tpu"):
-        import torch_tpu
-
-        m = torch_tpu.metrics()
-        res["metrics"] = {k: m.get(k) for k in ("programs_compiled", "compile_time_s", "fused_graphs_run",
-                                                "fused_graphs_compiled", "fused_graphs_op_by_op", "executions")}
+    if tpu:
+        m = torch_tpu.metrics()  # waits for background compiles: the dump is complete after it
+        res["metrics"] = {k: m.get(k) for k in ("programs_compiled", "compile_time_s", "slowest_compile_s",
+                                                "fused_graphs_run", "fused_graphs_compiled", "fused_graphs_op_by_op",
+                                                "executions")}
+        res["compile_ms"] = compile_stats(os.environ.get("TORCH_TPU_DUMP_DIR"))
     return res
 
 
@@ -201,6 +233,10 @@ def spawn(setup, args, argv):
         env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                    TORCH_TPU_QUIET="1", TF_CPP_MIN_LOG_LEVEL="1", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
         env.pop("TORCH_TPU_EAGER_MODE", None)  # the child sets its own mode
+        if setup.startswith("tpu"):
+            env["TORCH_TPU_DUMP_DIR"] = os.path.join(cache, "dump")  # compile time of every program
+        if args.xla_flags is not None and (setup.startswith("tpu") or setup == "jax jit"):
+            env["XLA_FLAGS"] = args.xla_flags  # the same compiler options for both (an experiment knob)
         # No tpu backend in JAX's and CUDA's processes (tpu ones import it themselves).
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         try:
@@ -271,6 +307,7 @@ def main():
     p.add_argument("--matmul", type=int, default=8192, help="side of the square bf16 matmul")
     p.add_argument("--precision", default="high", choices=("highest", "high", "medium"),
                    help="torch.set_float32_matmul_precision (JAX: jax_default_matmul_precision)")
+    p.add_argument("--xla-flags", help="XLA_FLAGS for the tpu and JAX processes (e.g. --xla_gpu_autotune_level=0)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per setup process")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -319,6 +356,12 @@ def main():
         if r.get("metrics"):
             report.append(f"- {r['setup']}: " + ", ".join(f"{k} {v if not isinstance(v, float) else round(v, 2)}"
                                                           for k, v in r["metrics"].items()))
+            fwd, train = r["first_xla_s"]
+            report.append(f"  first forward / train call: XLA compile {fwd:.2f} / {train:.2f} s, the rest "
+                          f"(tracing, lowering, running) {r['first_forward_s'] - fwd:.2f} / {r['first_train_s'] - train:.2f} s")
+            for kind, c in r.get("compile_ms", {}).items():
+                report.append(f"  {kind} programs: {c['n']} compiled, ms median {c['median']:.0f} p90 {c['p90']:.0f} "
+                              f"max {c['max']:.0f}, total {c['total'] / 1e3:.2f} s")
     if flagged:
         report.append(f"\nLOSSES DIFFER: {', '.join(flagged)}")
     text = "\n".join(report)

@@ -40,3 +40,8 @@ def test_accelerator_small(tmp_path):
         assert r["loss_train"][0] != r["loss_train"][1]
     for setup in setups[:3]:
         assert results[setup]["metrics"]["programs_compiled"] > 0
+        # Compile times come from TORCH_TPU_DUMP_DIR's files: every program compiled is there.
+        stats = results[setup]["compile_ms"]
+        assert sum(c["n"] for c in stats.values()) == results[setup]["metrics"]["programs_compiled"], stats
+        assert all(0 < c["median"] <= c["p90"] <= c["max"] for c in stats.values()), stats
+    assert "compiled" in results["tpu compiled"]["compile_ms"] and "op" in results["tpu strict"]["compile_ms"]
