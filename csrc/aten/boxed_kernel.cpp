@@ -12,6 +12,7 @@
 #include "dispatch.h"
 #include "op_program.h"
 #include "overlap.h"
+#include "../lowering/custom_kernel.h"
 #include "../runtime/metrics.h"
 
 namespace tpu::aten {
@@ -294,6 +295,25 @@ void SyncPoint(const char* cause) {
 }
 
 std::vector<std::string> NativeOps() { return NativeOpNames(); }
+
+void RegisterKernelOp(const std::string& name) {
+  static auto* lib =
+      new torch::Library(torch::Library::IMPL, "torch_tpu", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(name, ""));
+  TORCH_CHECK(handle, "tpu: custom kernel ", name, " is not defined");
+  lowering::RegisterKernelOp(name);
+  auto entry = std::make_shared<OpEntry>();
+  entry->name = name;
+  entry->fn = lowering::Find(name);
+  entry->op = *handle;
+  entry->functional = *handle;
+  entry->num_args = handle->schema().arguments().size();
+  entry->args = ClassifyArguments(*handle);
+  entry->lowering_names = entry->args.names;
+  lib->impl(name.substr(name.find("::") + 2).c_str(),
+            torch::CppFunction::makeFromBoxedFunctor(std::make_unique<GenericKernel>(entry)));
+  NativeOpNames().push_back(name);
+}
 
 void RegisterLoweredOps() {
   static bool done = false;

@@ -348,6 +348,7 @@ class Graph {
     }
     if (!node.fn) throw lowering::Unsupported("no lowering for " + node.op);
     lowering::Ctx ctx{b, {}, shlo::ElemType::F32};
+    ctx.op = node.op;
     for (const GType& t : node.outs) {
       if (!t.defined) {
         ctx.outputs.push_back({shlo::ElemType::F32, {}});

@@ -23,6 +23,9 @@ void RunPendingGraph(const char* cause);
 // Registers the generic boxed kernel for every op in the lowering table, plus the in-place
 // and out= variants derived from each functional op. Call once, after static initialisers.
 void RegisterLoweredOps();
+// Registers the generic boxed kernel for one custom kernel op (`torch_tpu::<name>`, defined
+// by torch_tpu/kernels after RegisterLoweredOps ran), lowered by lowering::LowerCustomKernel.
+void RegisterKernelOp(const std::string& name);
 // Runs `op` on the CPU with a one-time warning and a counter; errors under TORCH_TPU_STRICT=1.
 void CpuFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Names of the ATen overloads that have a native kernel on tpu.

@@ -16,6 +16,7 @@ namespace py = pybind11;
 
 namespace tpu::aten {
 void RegisterGraphBindings(py::module_& m);  // compiled_graph.cpp: torch.compile programs
+void RegisterKernelBindings(py::module_& m);  // custom_kernels.cpp: torch_tpu.kernels
 }
 
 namespace tpu::aten {
@@ -171,6 +172,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_native_ops", &aten::NativeOps);
   m.def("_lowered_ops", &lowering::RegisteredOps);
   aten::RegisterGraphBindings(m);
+  aten::RegisterKernelBindings(m);
   m.def("_compiled_programs", [] { return runtime::Runtime::Get().compiled_programs(); });
   m.def("_storage_elem_type", [](const at::Tensor& t) {
     auto* s = aten::StorageOf(t);

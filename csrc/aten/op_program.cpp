@@ -278,6 +278,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
 
   shlo::Builder b;
   lowering::Ctx ctx{b, {}, common_elem};
+  ctx.op = e.name;
   for (const at::Tensor& m : result_meta) {
     if (!m.defined()) {
       ctx.outputs.push_back({shlo::ElemType::F32, {}});
@@ -502,6 +503,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
   for (const auto& o : outputs) program->result_types.push_back(o.type);
   program->module_text = b.Module(outputs);
   program->function_text = b.Function("f" + std::to_string(program->id), outputs, false);
+  program->imports = b.imports();
   return op;
 }
 

@@ -87,6 +87,7 @@ struct Ctx {
   Builder& b;
   std::vector<TensorType> outputs;  // the op's result types, from Meta inference
   ElemType common = ElemType::F32;  // PyTorch's result_type over the op's inputs
+  std::string op;  // the op lowered ("aten::add.Tensor"): custom kernels find their module by it
   const TensorType& out(size_t i = 0) const { return outputs.at(i); }
 
   // Device-side checks (like CUDA's device asserts): `failed` is a scalar i1 that is true

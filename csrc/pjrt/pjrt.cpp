@@ -184,6 +184,29 @@ std::shared_ptr<Plugin> Plugin::Load(const std::string& path) {
   return plugin;
 }
 
+std::map<std::string, std::string> Plugin::Attributes() const {
+  std::map<std::string, std::string> out;
+  if (!PJRT_HAS(api_, PJRT_Plugin_Attributes)) return out;
+  auto args = Args<PJRT_Plugin_Attributes_Args>();
+  Check(api_->PJRT_Plugin_Attributes(&args), "PJRT_Plugin_Attributes");
+  for (size_t i = 0; i < args.num_attributes; ++i) {
+    const PJRT_NamedValue& a = args.attributes[i];
+    std::string value;
+    switch (a.type) {
+      case PJRT_NamedValue_kString: value.assign(a.string_value, a.value_size); break;
+      case PJRT_NamedValue_kInt64: value = std::to_string(a.int64_value); break;
+      case PJRT_NamedValue_kInt64List:
+        for (size_t k = 0; k < a.value_size; ++k) value += (k ? "." : "") + std::to_string(a.int64_array_value[k]);
+        break;
+      case PJRT_NamedValue_kFloat: value = std::to_string(a.float_value); break;
+      case PJRT_NamedValue_kBool: value = a.bool_value ? "true" : "false"; break;
+      default: continue;
+    }
+    out[std::string(a.name, a.name_size)] = value;
+  }
+  return out;
+}
+
 void Plugin::Check(PJRT_Error* err, const char* what) const {
   if (err == nullptr) return;
   auto msg = Args<PJRT_Error_Message_Args>();

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,10 @@ class Plugin {
   // Set once, before the first wait (Runtime's constructor); none: waits block in the plugin.
   void set_wait_observer(WaitObserver observer) { wait_observer_ = std::move(observer); }
   const WaitObserver& wait_observer() const { return wait_observer_; }
+  // PJRT_Plugin_Attributes as text: xla_version, stablehlo_current_version and
+  // stablehlo_minimum_version ("1.9.3", from [major, minor, patch]), ... Empty when the plugin
+  // reports none. Imported kernels are checked against the StableHLO range.
+  std::map<std::string, std::string> Attributes() const;
 
  private:
   const PJRT_Api* api_ = nullptr;

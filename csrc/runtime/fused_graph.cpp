@@ -279,6 +279,7 @@ std::string FusedGraph::ModuleText(const std::vector<int>& outputs) {
   refs_.clear();
   std::string functions, body;
   std::unordered_set<int> emitted;
+  std::unordered_set<std::string> imported;
   std::string params;
   for (size_t i = 0; i < param_ids_.size(); ++i) {
     refs_[param_ids_[i]] = "%p" + std::to_string(i);
@@ -287,7 +288,11 @@ std::string FusedGraph::ModuleText(const std::vector<int>& outputs) {
   for (size_t c = 0; c < calls_.size(); ++c) {
     const Call& call = calls_[c];
     const Program& p = *call.program;
-    if (emitted.insert(p.id).second) functions += p.function_text;
+    if (emitted.insert(p.id).second) {
+      functions += p.function_text;
+      for (const auto& [import_name, text] : p.imports)
+        if (imported.insert(import_name).second) functions += text;
+    }
     std::string name = "%c" + std::to_string(c);
     size_t n = p.result_types.size();
     std::string line = "    ";

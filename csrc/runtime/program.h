@@ -40,6 +40,9 @@ struct Program {
   std::string name;          // the ATen op or graph, for errors and metrics
   std::string module_text;   // the program alone, as @main
   std::string function_text; // the program as a private @f<id>, for fused modules (eager ops only)
+  // Functions function_text calls besides its own (custom kernels, shlo::Builder::Import),
+  // by name: a fused module holds each name once, however many programs call it.
+  std::vector<std::pair<std::string, std::string>> imports;
   std::vector<shlo::TensorType> param_types, result_types;
   std::vector<ParamSource> params;
   // Results, in order: one per new tensor (`new_elems`), one per write, one i1 per check.

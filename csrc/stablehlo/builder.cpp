@@ -173,8 +173,16 @@ std::string Builder::Function(const std::string& name, const std::vector<Value>&
   return s;
 }
 
+void Builder::Import(const std::string& name, const std::string& functions) {
+  for (const auto& [n, text] : imports_)
+    if (n == name) return;
+  imports_.emplace_back(name, functions);
+}
+
 std::string Builder::Module(const std::vector<Value>& results) const {
-  return WrapModule(Function("main", results, true));
+  std::string imported;
+  for (const auto& [name, text] : imports_) imported += text;
+  return WrapModule(imported + Function("main", results, true));
 }
 
 std::string WrapModule(const std::string& functions) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tpu::shlo {
@@ -60,6 +61,11 @@ class Builder {
   // Just the function (`func.func public|private @name ...`), for modules that hold several.
   std::string Function(const std::string& name, const std::vector<Value>& results, bool is_public) const;
   const std::vector<Value>& params() const { return params_; }
+  // Private functions imported from elsewhere (a custom kernel's module, already renamed so
+  // that its symbols are unique to it): Module() prints them before @main; callers that print
+  // Function() alone carry imports() with it. Imported once per `name`.
+  void Import(const std::string& name, const std::string& functions);
+  const std::vector<std::pair<std::string, std::string>>& imports() const { return imports_; }
 
   // Constants: a splat of `v` converted to `type`'s element type (bools: v != 0).
   Value Constant(double v, const TensorType& type);
@@ -110,6 +116,7 @@ class Builder {
   int next_id_ = 0;
   std::vector<Value> params_;
   std::string body_;
+  std::vector<std::pair<std::string, std::string>> imports_;
 };
 
 // A module around already-printed functions (one of them public @main).

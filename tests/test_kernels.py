@@ -1,0 +1,451 @@
+"""Custom kernels (torch_tpu.kernels, DESIGN.md "Custom kernels"): JAX functions, Pallas kernels
+(interpret mode on the CPU plugin) and StableHLO modules as PyTorch ops on tpu tensors, in strict
+and fused eager mode and inside torch.compile programs, with autograd, compared with PyTorch's
+CPU results; bad input raises errors that name the kernel."""
+import copy
+import json
+import textwrap
+
+import pytest
+import torch
+
+import torch_tpu
+from conftest import run_python
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+from jax.experimental import pallas as pl  # noqa: E402
+
+from torch_tpu import kernels  # noqa: E402
+
+MODES = ("strict", "fused")
+
+
+# ---- the kernels under test ----
+def jax_rms_norm(x, w, eps=1e-6):
+    """LlamaRMSNorm in jax.numpy: f32 statistics, the weight applied in the input dtype."""
+    h = x.astype(jnp.float32)
+    h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + eps)
+    return w * h.astype(x.dtype)
+
+
+def _softmax_kernel(x_ref, o_ref):
+    x = x_ref[...].astype(jnp.float32)
+    e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
+    o_ref[...] = (e / jnp.sum(e, axis=-1, keepdims=True)).astype(o_ref.dtype)
+
+
+def _softmax_bwd_kernel(x_ref, g_ref, o_ref):
+    x = x_ref[...].astype(jnp.float32)
+    e = jnp.exp(x - jnp.max(x, axis=-1, keepdims=True))
+    y = e / jnp.sum(e, axis=-1, keepdims=True)
+    g = g_ref[...].astype(jnp.float32)
+    o_ref[...] = (y * (g - jnp.sum(g * y, axis=-1, keepdims=True))).astype(o_ref.dtype)
+
+
+def pallas_softmax(x):
+    return pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x)
+
+
+def pallas_softmax_bwd(x, g):
+    return pl.pallas_call(_softmax_bwd_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x, g)
+
+
+def torch_rms_norm(x, w, eps=1e-6):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+@pytest.fixture(scope="module")
+def rms_norm():
+    return kernels.from_jax(jax_rms_norm, name="test_rms_norm", static_argnames=("eps",))
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    # Pallas kernels have no VJP in JAX: the backward is a second Pallas kernel.
+    bwd = kernels.from_jax(pallas_softmax_bwd, name="test_softmax_bwd")
+    return kernels.from_jax(pallas_softmax, name="test_softmax", backward=lambda x, g: (bwd(x, g),))
+
+
+def _leaf(t):
+    return t.detach().to("tpu").requires_grad_()
+
+
+# ---- eager: strict and fused ----
+@pytest.mark.parametrize("mode", MODES)
+def test_rms_norm_forward_backward(rms_norm, mode):
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    g = torch.randn(3, 5, 16)
+    with torch_tpu.eager_mode(mode):
+        xt, wt = _leaf(x), _leaf(w)
+        y = rms_norm(xt * 2, wt, eps=1e-5)
+        y.backward(g.to("tpu"))
+        ref = torch_rms_norm(x * 2, w, eps=1e-5)
+        ref.backward(g)
+        torch.testing.assert_close(y.detach().cpu(), ref.detach())
+        torch.testing.assert_close(xt.grad.cpu(), x.grad)
+        torch.testing.assert_close(wt.grad.cpu(), w.grad)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pallas_softmax_forward_backward(softmax, mode):
+    x = torch.randn(2, 4, 32, requires_grad=True)
+    g = torch.randn(2, 4, 32)
+    with torch_tpu.eager_mode(mode):
+        xt = _leaf(x)
+        y = softmax(xt)
+        y.backward(g.to("tpu"))
+        ref = torch.softmax(x, -1)
+        ref.backward(g)
+        torch.testing.assert_close(y.detach().cpu(), ref.detach())
+        torch.testing.assert_close(xt.grad.cpu(), x.grad)
+
+
+def test_bf16_and_tuple_results():
+    def stats(x):
+        return jnp.mean(x.astype(jnp.float32), axis=-1), jnp.max(x, axis=-1)
+
+    k = kernels.from_jax(stats, name="test_stats")
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    mean, mx = k(x.to("tpu"))
+    assert mean.dtype == torch.float32 and mx.dtype == torch.bfloat16
+    torch.testing.assert_close(mean.cpu(), x.float().mean(-1))
+    torch.testing.assert_close(mx.cpu(), x.max(-1).values)
+
+
+def test_fused_kernel_is_inlined(rms_norm):
+    """Between ordinary ops in fused mode the kernel is part of the one deferred graph: no
+    program of its own, no host round trip."""
+    x, w = torch.randn(4, 16), torch.randn(16)
+
+    def measure(f):
+        # A graph runs op by op until its whole program is compiled (at its second sighting,
+        # in the background).
+        for _ in range(2):
+            f()
+        torch_tpu._C._await_background_compiles()
+        torch_tpu.reset_metrics()
+        return f(), torch_tpu.metrics()
+
+    with torch_tpu.eager_mode("fused"):
+        xt, wt = x.to("tpu"), w.to("tpu")
+        _, plain = measure(lambda: ((xt.sin() + wt) * 3).cos().cpu())
+        y, m = measure(lambda: (rms_norm(xt.sin(), wt) * 3).cos().cpu())
+    torch.testing.assert_close(y, (torch_rms_norm(x.sin(), w) * 3).cos())
+    assert m["fused_graphs_run"] == 1 and m["fused_graphs_op_by_op"] == 0
+    assert m["executions"] == 1  # sin, the kernel, mul and cos in one program
+    assert m["host_syncs_by_cause"] == plain["host_syncs_by_cause"]  # the .cpu()'s, nothing more
+
+
+def test_strict_kernel_is_one_program(rms_norm):
+    x, w = torch.randn(4, 16), torch.randn(16)
+    with torch_tpu.eager_mode("strict"):
+        xt, wt = x.to("tpu"), w.to("tpu")
+        torch.tpu.synchronize()
+        torch_tpu.reset_metrics()
+        y = rms_norm(xt, wt)
+        torch.tpu.synchronize()
+        m = torch_tpu.metrics()
+    torch.testing.assert_close(y.cpu(), torch_rms_norm(x, w))
+    assert m["executions"] == 1
+
+
+def test_static_arguments_are_identity(rms_norm):
+    x, w = torch.randn(2, 16), torch.randn(16)
+    xt, wt = x.to("tpu"), w.to("tpu")
+    a = rms_norm(xt, wt, eps=1.0).cpu()
+    b = rms_norm(xt, wt, eps=1e-6).cpu()
+    torch.testing.assert_close(a, torch_rms_norm(x, w, eps=1.0))
+    torch.testing.assert_close(b, torch_rms_norm(x, w, eps=1e-6))
+    assert not torch.allclose(a, b)
+    with torch_tpu.eager_mode("strict"):
+        rms_norm(xt, wt, eps=0.5)
+        torch_tpu.reset_metrics()
+        rms_norm(xt, wt, eps=0.5)
+        assert torch_tpu.metrics()["signature_cache_misses"] == 0
+
+
+# ---- torch.compile ----
+def test_compiled_one_program_no_graph_break(rms_norm, softmax):
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+    def f(x, w):
+        return softmax(rms_norm(x * 2, w, eps=1e-5)).sin()
+
+    x, w = torch.randn(4, 16), torch.randn(16)
+    torch_tpu.reset_metrics()
+    before = torch_tpu._C._graph_stats()["compile_programs_built"]
+    with torch.no_grad():
+        got = torch.compile(f, backend="tpu")(x.to("tpu"), w.to("tpu"))
+    torch.testing.assert_close(got.cpu(), torch.softmax(torch_rms_norm(x * 2, w, eps=1e-5), -1).sin())
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert torch_tpu._C._graph_stats()["compile_programs_built"] - before == 1
+    assert torch_tpu.metrics()["cpu_fallbacks"] == 0
+
+
+def test_compiled_backward(rms_norm, softmax):
+    torch._dynamo.reset()
+
+    def f(x, w):
+        return softmax(rms_norm(x, w, eps=1e-5) * 2)
+
+    x = torch.randn(3, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    g = torch.randn(3, 16)
+    xt, wt = _leaf(x), _leaf(w)
+    torch.compile(f, backend="tpu")(xt, wt).backward(g.to("tpu"))
+    f_ref = torch.softmax(torch_rms_norm(x, w, eps=1e-5) * 2, -1)
+    f_ref.backward(g)
+    torch.testing.assert_close(xt.grad.cpu(), x.grad)
+    torch.testing.assert_close(wt.grad.cpu(), w.grad)
+
+
+# ---- a Transformers model with its RMSNorm and attention softmax replaced ----
+def _patch_llama(model, rms_norm, softmax, calls):
+    import types
+
+    from transformers import AttentionInterface
+    from transformers.models.llama import modeling_llama
+
+    def norm_forward(self, hidden_states):
+        calls["rms_norm"] += 1
+        return rms_norm(hidden_states, self.weight, eps=self.variance_epsilon)
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        k = modeling_llama.repeat_kv(key, module.num_key_value_groups)
+        v = modeling_llama.repeat_kv(value, module.num_key_value_groups)
+        scores = torch.matmul(query, k.transpose(2, 3)) * scaling
+        n = scores.shape[-1]
+        causal = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
+        calls["softmax"] += 1
+        probs = softmax(scores.masked_fill(causal, float("-inf")))
+        return torch.matmul(probs, v).transpose(1, 2).contiguous(), probs
+
+    AttentionInterface.register("tpu_pallas_softmax", attention)
+    for m in model.modules():
+        if isinstance(m, modeling_llama.LlamaRMSNorm):
+            m.forward = types.MethodType(norm_forward, m)
+    model.config._attn_implementation = "tpu_pallas_softmax"
+    for m in model.modules():
+        if hasattr(m, "config"):
+            m.config._attn_implementation = "tpu_pallas_softmax"
+    return model
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "compiled"])
+def test_llama_with_kernels(rms_norm, softmax, mode):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      attn_implementation="eager")
+    cpu = transformers.LlamaForCausalLM(config).eval()
+    tpu = transformers.LlamaForCausalLM(copy.deepcopy(config)).eval()  # its own config: patched below
+    tpu.load_state_dict(cpu.state_dict())
+    calls = {"rms_norm": 0, "softmax": 0}
+    tpu = _patch_llama(tpu.to("tpu"), rms_norm, softmax, calls)
+    ids = torch.randint(3, 96, (2, 12))
+
+    ref = cpu(input_ids=ids).logits
+    ref.float().pow(2).mean().backward()
+    eager = "fused" if mode == "compiled" else mode
+    with torch_tpu.eager_mode(eager):
+        forward = tpu
+        if mode == "compiled":
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+            forward = torch.compile(tpu, backend="tpu")
+        torch_tpu.reset_metrics()
+        logits = forward(input_ids=ids.to("tpu")).logits
+        logits.float().pow(2).mean().backward()
+        torch.testing.assert_close(logits.detach().cpu(), ref.detach(), atol=2e-5, rtol=1e-4)
+        for (name, p), (_, q) in zip(cpu.named_parameters(), tpu.named_parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=2e-5, rtol=1e-4, msg=name)
+        assert torch_tpu.metrics()["cpu_fallbacks"] == 0
+    assert calls["rms_norm"] == 5 and calls["softmax"] == 2  # 2 layers x 2 norms + the final one
+    if mode == "compiled":
+        assert not torch._dynamo.utils.counters["graph_break"]
+
+
+# ---- the disk cache: a second process compiles nothing ----
+def test_second_process_loads_from_disk(tmp_path):
+    code = textwrap.dedent("""
+        import json, torch, torch_tpu, jax, jax.numpy as jnp
+        from torch_tpu import kernels
+        def scaled_tanh(x, scale=1.0):
+            return jnp.tanh(x) * scale
+        k = kernels.from_jax(scaled_tanh, static_argnames=("scale",))
+        x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7
+        y = k(x.to("tpu"), scale=2.5).cpu()
+        torch.testing.assert_close(y, torch.tanh(x) * 2.5)
+        m = torch_tpu.metrics()
+        print(json.dumps({k: m[k] for k in ("programs_compiled", "disk_cache_hits")}))
+    """)
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_EAGER_MODE": "strict"}
+    runs = []
+    for _ in range(2):
+        r = run_python(code, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert runs[0]["programs_compiled"] >= 1
+    assert runs[1]["programs_compiled"] == 0 and runs[1]["disk_cache_hits"] >= 1
+
+
+# ---- from_stablehlo ----
+_ADD_SQUARE = """
+module @add_square attributes {mhlo.num_partitions = 1 : i32} {
+  func.func public @main(%a: tensor<2x3xf32> {jax.arg_info = "a"}, %b: tensor<2x3xf32>) -> (tensor<2x3xf32> {jax.result_info = "r"}) {
+    %0 = stablehlo.add %a, %b : tensor<2x3xf32> loc("add")
+    %1 = call @helper(%0) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    return %1 : tensor<2x3xf32>
+  }
+  func.func private @helper(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+    %0 = stablehlo.multiply %a, %a : tensor<2x3xf32>
+    return %0 : tensor<2x3xf32>
+  }
+}
+"""
+
+_HELPER_NEGATE = """
+module {
+  func.func @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+    %0 = call @helper(%a) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+    return %0 : tensor<2x3xf32>
+  }
+  func.func private @helper(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+    %0 = stablehlo.negate %a : tensor<2x3xf32>
+    return %0 : tensor<2x3xf32>
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def add_square():
+    return kernels.from_stablehlo(_ADD_SQUARE, name="test_add_square")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_from_stablehlo(add_square, mode):
+    negate = kernels.from_stablehlo(_HELPER_NEGATE, name=f"test_negate_{mode}")
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    with torch_tpu.eager_mode(mode):
+        # Both modules have a @helper and a @main: one fused graph holds them all.
+        got = negate(add_square(a.to("tpu"), b.to("tpu"))) + 1
+        torch.testing.assert_close(got.cpu(), -((a + b) ** 2) + 1)
+
+
+def test_custom_op_and_fake_tensors(add_square, rms_norm):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert torch.ops.torch_tpu.test_add_square.default._schema.name == "torch_tpu::test_add_square"
+    with FakeTensorMode():
+        x = torch.empty(3, 7, 16, device="tpu")
+        w = torch.empty(16, device="tpu")
+        y = rms_norm(x, w, eps=1e-5)
+        assert y.shape == (3, 7, 16) and y.dtype == torch.float32 and y.device.type == "tpu"
+
+
+# ---- bad input ----
+def test_wrong_shape_names_kernel_and_signature(add_square):
+    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_add_square expects \(arg0: f32\[2, 3\], "
+                       r"arg1: f32\[2, 3\]\) -> \(f32\[2, 3\]\); got \(f32\[2, 3\], f32\[1, 3\]\)"):
+        add_square(torch.randn(2, 3, device="tpu"), torch.randn(1, 3, device="tpu"))
+    with pytest.raises(kernels.KernelError, match=r"expects .*got \(f32\[2, 3\], f16\[2, 3\]\)"):
+        add_square(torch.randn(2, 3, device="tpu"), torch.randn(2, 3, device="tpu").half())
+    # The op called directly, past the wrapper, says the same.
+    with pytest.raises(Exception, match=r"test_add_square expects"):
+        torch.ops.torch_tpu.test_add_square(torch.randn(2, 3, device="tpu"), torch.randn(4, device="tpu"))
+
+
+def test_jax_trace_failure_is_an_error():
+    def bad(x, y):
+        return x @ y
+
+    k = kernels.from_jax(bad, name="test_bad_matmul")
+    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_bad_matmul: the function does not trace for "
+                       r"inputs \(f32\[2, 3\], f32\[2, 3\]\).*TypeError: dot_general"):
+        k(torch.randn(2, 3, device="tpu"), torch.randn(2, 3, device="tpu"))
+    # The kernel still works for inputs it accepts.
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    torch.testing.assert_close(k(a.to("tpu"), b.to("tpu")).cpu(), a @ b)
+
+
+def test_non_tpu_tensors_refused(rms_norm):
+    with pytest.raises(ValueError, match=r"torch_tpu::test_rms_norm runs on tpu tensors; argument 0 is on cpu"):
+        rms_norm(torch.randn(2, 16), torch.randn(16))
+    with pytest.raises(ValueError, match=r"runs on tpu tensors only; got tensors on cpu"):
+        torch.ops.torch_tpu.test_rms_norm(torch.randn(2, 16), torch.randn(16))
+
+
+def test_int64_needs_jax_x64():
+    def plus_one(x):
+        return x + 1
+
+    k = kernels.from_jax(plus_one, name="test_plus_one")
+    if jax.config.jax_enable_x64:
+        pytest.skip("JAX runs with 64-bit types on in this process")
+    with pytest.raises(kernels.KernelError, match=r"i64 and JAX has 64-bit types off.*jax_enable_x64"):
+        k(torch.arange(4, device="tpu"))
+    x = torch.arange(4, dtype=torch.int32)
+    torch.testing.assert_close(k(x.to("tpu")).cpu(), x + 1)
+
+
+def test_pallas_without_interpret_on_cpu():
+    if torch_tpu.platform() != "cpu":
+        pytest.skip("the CPU plugin is the one that refuses compiled Pallas kernels")
+
+    def compiled_softmax(x):
+        return pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    k = kernels.from_jax(compiled_softmax, name="test_compiled_softmax")
+    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_compiled_softmax.*runs on cpu.*interpret=True"):
+        k(torch.randn(8, 128, device="tpu"))
+
+
+def test_foreign_custom_call_refused():
+    """A Pallas kernel exported for TPU (a Mosaic custom call) on a plugin of another platform."""
+    if torch_tpu.platform() == "tpu":
+        pytest.skip("the TPU plugin runs Mosaic kernels")
+
+    def compiled_softmax(x):
+        return pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    text = jax.export.export(jax.jit(compiled_softmax), platforms=["tpu"])(
+        jax.ShapeDtypeStruct((8, 128), jnp.float32)).mlir_module()
+    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_mosaic: the module calls custom call "
+                       r"'tpu_custom_call', compiled for tpu, and the PJRT plugin here runs on cpu.*interpret=True"):
+        kernels.from_stablehlo(text, name="test_mosaic")
+
+
+def test_bad_modules_refused():
+    with pytest.raises(kernels.KernelError, match=r"no @main"):
+        kernels.from_stablehlo(_HELPER_NEGATE.replace("@main", "@entry"), name="test_no_main")
+    with pytest.raises(kernels.KernelError, match=r"dynamic dimension"):
+        kernels.from_stablehlo(_HELPER_NEGATE.replace("tensor<2x3xf32>", "tensor<?x3xf32>"), name="test_dynamic")
+    with pytest.raises(kernels.KernelError, match=r"exists already"):
+        kernels.from_stablehlo(_HELPER_NEGATE, name="test_add_square")
+
+
+def test_stablehlo_versions_checked(monkeypatch):
+    """JAX's StableHLO against the range the plugin reports: outside it, an error naming both."""
+    from torch_tpu.kernels import _jax
+
+    low, high = kernels.plugin_stablehlo_range()
+    assert low is not None and high is not None and low <= high
+    monkeypatch.setitem(kernels._versions, "plugin", ((99, 0, 0), (99, 1, 0)))
+    ours = _jax.stablehlo_version()
+    with pytest.raises(kernels.KernelError, match=rf"emits StableHLO {ours}, older than the oldest version the "
+                       r"PJRT plugin accepts \(99.0.0; it accepts 99.0.0 to 99.1.0\)"):
+        kernels._check_jax_version("torch_tpu::k", "module {}", _jax)
+
+
+def test_jax_is_imported_by_from_jax_only():
+    r = run_python("import sys, torch, torch_tpu, torch_tpu.kernels; x = torch.ones(2, device='tpu') + 1; "
+                   "print('jax' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "False"
