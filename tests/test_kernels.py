@@ -442,6 +442,24 @@ def test_stablehlo_versions_checked(monkeypatch):
     with pytest.raises(kernels.KernelError, match=rf"emits StableHLO {ours}, older than the oldest version the "
                        r"PJRT plugin accepts \(99.0.0; it accepts 99.0.0 to 99.1.0\)"):
         kernels._check_jax_version("torch_tpu::k", "module {}", _jax)
+    # A plugin older than JAX: a module is accepted when it uses nothing the plugin's version
+    # lacks (it serializes as a portable artifact at that version), refused otherwise.
+    monkeypatch.setitem(kernels._versions, "plugin", ((0, 9, 0), (0, 9, 0)))
+    plain = jax.export.export(jax.jit(jnp.sin), platforms=["cpu"])(jax.ShapeDtypeStruct((2,), jnp.float32))
+    kernels._check_jax_version("torch_tpu::k", plain.mlir_module(), _jax)
+    composite = textwrap.dedent("""
+        module {
+          func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
+            %0 = stablehlo.composite "my.op" %a {decomposition = @d, version = 1 : i32} : (tensor<2xf32>) -> tensor<2xf32>
+            return %0 : tensor<2xf32>
+          }
+          func.func private @d(%a: tensor<2xf32>) -> tensor<2xf32> {
+            return %a : tensor<2xf32>
+          }
+        }""")
+    with pytest.raises(kernels.KernelError, match=rf"JAX {jax.__version__} emits StableHLO {ours}, and this kernel "
+                       r"uses features the PJRT plugin's StableHLO 0.9.0 does not have"):
+        kernels._check_jax_version("torch_tpu::k", composite, _jax)
 
 
 def test_jax_is_imported_by_from_jax_only():
@@ -449,3 +467,84 @@ def test_jax_is_imported_by_from_jax_only():
                    "print('jax' in sys.modules)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "False"
+
+
+# ---- Tokamax (Google's kernel library), its XLA implementations on the CPU plugin ----
+@pytest.fixture(scope="module")
+def tokamax_ops():
+    tokamax = pytest.importorskip("tokamax")
+    from absl import flags
+
+    # Tokamax reads absl flags, which absl would otherwise parse from pytest's command line.
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+    def attention(q, k, v, is_causal=False):
+        # Tokamax lays attention out [batch, seq, heads, head_dim]; SDPA [batch, heads, seq, head_dim].
+        return tokamax.dot_product_attention(q, k, v, is_causal=is_causal, implementation="xla")
+
+    def ragged_dot(lhs, rhs, group_sizes):
+        return tokamax.ragged_dot(lhs, rhs, group_sizes, implementation="xla")
+
+    return (kernels.from_jax(attention, name="test_tokamax_attention", static_argnames=("is_causal",)),
+            kernels.from_jax(ragged_dot, name="test_tokamax_ragged_dot"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tokamax_attention_matches_sdpa(tokamax_ops, mode, is_causal):
+    attention, _ = tokamax_ops
+    q = torch.randn(2, 12, 4, 8, requires_grad=True)
+    k = torch.randn(2, 12, 2, 8, requires_grad=True)  # grouped-query: 2 key/value heads for 4
+    v = torch.randn(2, 12, 2, 8, requires_grad=True)
+    g = torch.randn(2, 12, 4, 8)
+    with torch_tpu.eager_mode(mode):
+        qt, kt, vt = _leaf(q), _leaf(k), _leaf(v)
+        out = attention(qt, kt, vt, is_causal=is_causal)
+        out.backward(g.to("tpu"))
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=is_causal,
+            enable_gqa=True).transpose(1, 2)
+        ref.backward(g)
+        torch.testing.assert_close(out.detach().cpu(), ref.detach())
+        for a, b in ((qt, q), (kt, k), (vt, v)):
+            torch.testing.assert_close(a.grad.cpu(), b.grad)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tokamax_ragged_dot_matches_grouped_mm(tokamax_ops, mode):
+    """On the CPU plugin JAX exports ragged_dot as dense dots and selects (chlo.ragged_dot,
+    which XLA:CPU refuses, is what it exports for TPU and GPU), so the plugin compiles it."""
+    _, ragged_dot = tokamax_ops
+    lhs = torch.randn(12, 8, requires_grad=True)
+    rhs = torch.randn(3, 8, 16, requires_grad=True)
+    sizes = torch.tensor([5, 0, 7], dtype=torch.int32)
+    g = torch.randn(12, 16)
+    with torch_tpu.eager_mode(mode):
+        lt, rt = _leaf(lhs), _leaf(rhs)
+        out = ragged_dot(lt, rt, sizes.to("tpu"))
+        out.backward(g.to("tpu"))
+        ref = torch._grouped_mm(lhs, rhs, offs=torch.cumsum(sizes, 0, dtype=torch.int32))
+        ref.backward(g)
+        torch.testing.assert_close(out.detach().cpu(), ref.detach())
+        torch.testing.assert_close(lt.grad.cpu(), lhs.grad)
+        torch.testing.assert_close(rt.grad.cpu(), rhs.grad)
+
+
+def test_tokamax_attention_compiled(tokamax_ops):
+    attention, _ = tokamax_ops
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+    def f(q, k, v):
+        return attention(q * 0.5, k, v, is_causal=True).sum(-1)
+
+    q, k, v = (torch.randn(1, 8, 2, 8) for _ in range(3))
+    before = torch_tpu._C._graph_stats()["compile_programs_built"]
+    with torch.no_grad():
+        got = torch.compile(f, backend="tpu")(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        (q * 0.5).transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2).sum(-1)
+    torch.testing.assert_close(got.cpu(), ref)
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert torch_tpu._C._graph_stats()["compile_programs_built"] - before == 1
