@@ -4,6 +4,7 @@ and fused eager mode and inside torch.compile programs, with autograd, compared 
 CPU results; bad input raises errors that name the kernel."""
 import copy
 import json
+import os
 import textwrap
 
 import pytest
@@ -274,10 +275,12 @@ def test_llama_with_kernels(rms_norm, softmax, mode):
 # ---- the disk cache: a second process compiles nothing ----
 def test_second_process_loads_from_disk(tmp_path):
     code = textwrap.dedent("""
-        import json, torch, torch_tpu, jax, jax.numpy as jnp
+        import json, os, torch, torch_tpu, jax, jax.numpy as jnp
         from torch_tpu import kernels
         def scaled_tanh(x, scale=1.0):
             return jnp.tanh(x) * scale
+        if os.environ.get("DEFINE_ANOTHER_FIRST"):  # kernels made in another order name alike
+            kernels.from_jax(jnp.cos, name="another")
         k = kernels.from_jax(scaled_tanh, static_argnames=("scale",))
         x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7
         y = k(x.to("tpu"), scale=2.5).cpu()
@@ -287,8 +290,8 @@ def test_second_process_loads_from_disk(tmp_path):
     """)
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_EAGER_MODE": "strict"}
     runs = []
-    for _ in range(2):
-        r = run_python(code, env=env, timeout=300)
+    for extra in ("", "1"):
+        r = run_python(code, env={**env, "DEFINE_ANOTHER_FIRST": extra}, timeout=300)
         assert r.returncode == 0, r.stderr
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     assert runs[0]["programs_compiled"] >= 1
@@ -548,3 +551,64 @@ def test_tokamax_attention_compiled(tokamax_ops):
     torch.testing.assert_close(got.cpu(), ref)
     assert not torch._dynamo.utils.counters["graph_break"]
     assert torch_tpu._C._graph_stats()["compile_programs_built"] - before == 1
+
+
+def test_tokamax_example_runs(tokamax_ops):
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "tokamax_attention.py")
+    r = run_python(open(example).read(), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "matches SDPA on the CPU, forward and backward" in r.stdout
+    assert "cpu fallbacks 0" in r.stdout
+
+
+# ---- more of the call path ----
+def test_strided_inputs(rms_norm):
+    """Views (a transpose, a slice with an offset) enter the kernel as their logical arrays."""
+    base = torch.randn(16, 6)
+    w = torch.randn(6)
+    x = base.t()[1:5].t()  # [16, 4]: strided, offset
+    w2 = torch.randn(4)
+    got = rms_norm(base.to("tpu").t()[1:5].t(), w2.to("tpu"))
+    torch.testing.assert_close(got.cpu(), torch_rms_norm(x, w2))
+    got = rms_norm(base.to("tpu")[3:9], w.to("tpu"))
+    torch.testing.assert_close(got.cpu(), torch_rms_norm(base[3:9], w))
+
+
+def test_variadic_function():
+    def total(*xs):
+        return sum(xs[1:], xs[0])
+
+    k = kernels.from_jax(total, name="test_total")
+    xs = [torch.randn(3) for _ in range(3)]
+    torch.testing.assert_close(k(*[x.to("tpu") for x in xs]).cpu(), xs[0] + xs[1] + xs[2])
+    assert "Tensor[] args" in k.schema
+
+
+def test_import_is_torch_free_text_work():
+    """torch_tpu/kernels/_stablehlo.py: locations go (also inside strings they stay), symbols are
+    renamed only where they name a function of the module, attributes of main's boundary go."""
+    from torch_tpu.kernels import _stablehlo
+
+    text = textwrap.dedent('''
+        #loc1 = loc("x")
+        module @m attributes {mhlo.num_partitions = 1 : i32} {
+          func.func public @main(%arg0: tensor<2xf32> {mhlo.sharding = "{replicated}"} loc("x")) -> (tensor<2xf32> {jax.result_info = "result"}) {
+            %0 = stablehlo.custom_call @Sharding(%arg0) {backend_config = "loc(not a location) @main"} : (tensor<2xf32>) -> tensor<2xf32> loc(#loc1)
+            %1 = func.call @"odd.name"(%0) : (tensor<2xf32>) -> tensor<2xf32>
+            return %1 : tensor<2xf32> loc(unknown)
+          } loc(#loc1)
+          func.func private @"odd.name"(%arg0: tensor<2xf32>) -> tensor<2xf32> {
+            return %arg0 : tensor<2xf32>
+          }
+        } loc(#loc1)
+    ''')
+    m = _stablehlo.import_module(text, "p")
+    assert m.entry == "p_main" and m.inputs == [("f32", [2])] and m.results == [("f32", [2])]
+    assert m.custom_calls == ["Sharding"]
+    assert "loc(" not in m.functions.replace('"loc(not a location) @main"', "")
+    assert '"loc(not a location) @main"' in m.functions  # string contents are left alone
+    assert "@p_odd.name" in m.functions and "func.func private @p_main(" in m.functions
+    assert "jax.result_info" not in m.functions and "mhlo.sharding" not in m.functions
+    assert "public" not in m.functions
+    with pytest.raises(_stablehlo.ImportError_, match="other than a function"):
+        _stablehlo.import_module("module { sdy.mesh @mesh = <[\"x\"=2]> func.func @main() -> () { return } }", "p")

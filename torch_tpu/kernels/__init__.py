@@ -12,7 +12,7 @@ the op: a strict op's program, a fused graph, a torch.compile graph. The VJP, ex
 way, is the op's backward. JAX is imported by from_jax only.
 """
 import ast
-import itertools
+import hashlib
 import threading
 
 import torch
@@ -33,7 +33,6 @@ _DTYPES = {
 _ELEMENTS = {v: k for k, v in _DTYPES.items()}
 
 _kernels = {}
-_ids = itertools.count(1)
 _lock = threading.RLock()
 
 
@@ -142,7 +141,6 @@ class Kernel:
         self._signatures = {}   # (statics key, input types) -> (output types, single)
         self._exported = {}     # (statics key, input types) -> imported module
         self._vjps = {}         # (statics key, input types) -> (vjp kernel, diff, cot_of)
-        self._id = next(_ids)
         names = source.arg_names
         if names is None:
             self._variadic = True
@@ -270,7 +268,10 @@ class Kernel:
             found = self._exported.get((key, in_types))
             if found is not None:
                 return found
-            prefix = f"k{self._id}_{self.name}_v{len(self._exported)}"
+            # Symbols unique to this kernel (op names are unique) and variant, and the same in
+            # every process: the disk cache keys programs by their text.
+            digest = hashlib.sha1(repr((key, in_types)).encode()).hexdigest()[:10]
+            prefix = f"k_{self.name}_{digest}"
             if isinstance(self._source, _TextSource):
                 text = self._source.text
             else:

@@ -184,7 +184,7 @@ def _parse_funcs(text):
             i += 1
         if i >= len(body):
             return funcs
-        m = re.compile(r"func\.func\s+(?:(public|private|nested)\s+)?@([\w$.\-]+|\"[^\"]*\")\s*").match(body, i)
+        m = re.compile(r"func\.func\s+(?:(public|private|nested)\s+)?@([\w$.]+|\"[^\"]*\")\s*").match(body, i)
         if not m:
             op = body[i:i + 60].split("\n")[0]
             raise ImportError_(f"the module holds an operation other than a function at top level: {op}")
@@ -237,20 +237,26 @@ def import_module(text, prefix, entry="main"):
         raise ImportError_(f"bad symbol prefix {prefix!r}")
 
     def rename(m):
-        name = m.group(1) or m.group(2)
-        return f"@{prefix}_{name}" if name in names else m.group(0)
+        name = m.group(1) if m.group(1) is not None else m.group(2)
+        if name is None:  # a string literal: its text is data (backend_config), never a symbol
+            return m.group(0)
+        return sym(name) if name in names else m.group(0)
 
-    symbol = re.compile(r'@"([^"]*)"|@([A-Za-z_][\w$.\-]*)')
+    def sym(name):
+        renamed = f"{prefix}_{name}"
+        return f"@{renamed}" if re.fullmatch(r"[\w$.]+", renamed) else f'@"{renamed}"'
+
+    symbol = re.compile(r'@"([^"]*)"|@([A-Za-z_][\w$.]*)|"(?:[^"\\]|\\.)*"')
     out = []
     custom_calls = []
     main = None
     for f in funcs:
         body = symbol.sub(rename, f.body)
         custom_calls += re.findall(r'call_target_name\s*=\s*"([^"]*)"', body)
-        custom_calls += re.findall(r'stablehlo\.custom_call\s+@([\w$.\-]+)', f.body)
+        custom_calls += [t.strip('"') for t in re.findall(r'stablehlo\.custom_call\s+@([\w$.]+|"[^"]*")', f.body)]
         args = ", ".join(f"{ssa}: {t}" for ssa, t in f.args)
         results = ", ".join(f.results)
-        out.append(f"  func.func private @{prefix}_{f.name}({args}) -> ({results}) {body}\n")
+        out.append(f"  func.func private {sym(f.name)}({args}) -> ({results}) {body}\n")
         if f.name == entry:
             main = f
     inputs = [_parse_type(t) for _, t in main.args]
