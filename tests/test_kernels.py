@@ -610,5 +610,46 @@ def test_import_is_torch_free_text_work():
     assert "@p_odd.name" in m.functions and "func.func private @p_main(" in m.functions
     assert "jax.result_info" not in m.functions and "mhlo.sharding" not in m.functions
     assert "public" not in m.functions
+    # Shardy's sharding rules on custom calls (their `->` is no closing bracket) go.
+    rule = "#sdy.op_sharding_rule<([i, j])->([k, l], []) {i=4, j=4, k=4, l=4}, custom>"
+    assert _stablehlo.strip_sharding_rules(f"{{a = {{}}, sdy.sharding_rule = {rule}}}") == "{a = {}}"
+    assert _stablehlo.strip_sharding_rules(f"{{sdy.sharding_rule = {rule}, b = 1}}") == "{b = 1}"
     with pytest.raises(_stablehlo.ImportError_, match="other than a function"):
         _stablehlo.import_module("module { sdy.mesh @mesh = <[\"x\"=2]> func.func @main() -> () { return } }", "p")
+
+
+def test_pallas_without_backward_says_so():
+    k = kernels.from_jax(pallas_softmax, name="test_softmax_no_backward")
+    x = torch.randn(2, 8, device="tpu", requires_grad=True)
+    y = k(x)
+    torch.testing.assert_close(y.detach().cpu(), torch.softmax(x.detach().cpu(), -1))
+    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_softmax_no_backward has no backward: JAX cannot "
+                       r"differentiate the function, so give it one with from_jax\(\.\.\., backward=fn\)"):
+        y.sum().backward()
+
+
+def test_torch_export(rms_norm):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(16))
+
+        def forward(self, x):
+            return rms_norm(x * 2, self.w, eps=1e-5).sin()
+
+    block = Block().to("tpu")
+    x = torch.randn(4, 16, device="tpu")
+    ep = torch.export.export(block, (x,))
+    assert torch.ops.torch_tpu.test_rms_norm.default in [n.target for n in ep.graph.nodes]
+    torch.testing.assert_close(ep.module()(x).cpu(), block(x).detach().cpu())
+
+
+def test_jaxlib_only_custom_call_refused():
+    """jnp.linalg on CPU calls LAPACK through custom calls jaxlib registers; the XLA CPU plugin has
+    no handler for them: refused when the module is imported, naming the call."""
+    if torch_tpu.platform() != "cpu":
+        pytest.skip("the XLA CPU plugin lacks jaxlib's LAPACK handlers")
+    k = kernels.from_jax(jnp.linalg.inv, name="test_inv")
+    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_inv: the module calls custom call "
+                       r"'lapack_sgetrf_ffi', which JAX's own CPU runtime registers .* on cpu, has no handler"):
+        k(torch.eye(4, device="tpu"))

@@ -79,7 +79,10 @@ def _check_jax_version(kernel, text, jax_mod):
             f"PJRT plugin accepts ({_fmt(low)}; it accepts {_fmt(low)} to {_fmt(high)}): upgrade JAX")
     if ours > high:
         why = jax_mod.serializable_at(text, _fmt(high))
-        if why is not None:
+        # A module that does not serialize at JAX's own version either fails for another
+        # reason (an attribute of a dialect the serializer lacks): not a version mismatch; the
+        # plugin's compiler then has the last word.
+        if why is not None and jax_mod.serializable_at(text, _fmt(ours)) is None:
             raise KernelError(
                 f"{kernel}: JAX {jax_mod.version()} emits StableHLO {_fmt(ours)}, and this kernel uses features the "
                 f"PJRT plugin's StableHLO {_fmt(high)} does not have (it accepts {_fmt(low)} to {_fmt(high)}): "
@@ -89,6 +92,11 @@ def _check_jax_version(kernel, text, jax_mod):
 def _check_custom_calls(kernel, module):
     platform = _platform()
     for target in module.custom_calls:
+        if platform == "cpu" and target.startswith(_stablehlo.JAXLIB_CPU_CUSTOM_CALL_PREFIXES):
+            raise KernelError(
+                f"{kernel}: the module calls custom call '{target}', which JAX's own CPU runtime registers "
+                f"(jnp.linalg calls LAPACK this way) and the PJRT plugin here, on {platform}, has no handler for: "
+                "write the kernel without it, or run that part with PyTorch's own op")
         needs = _stablehlo.PLATFORM_CUSTOM_CALLS.get(target)
         if needs is not None and needs != platform:
             raise KernelError(
@@ -280,11 +288,13 @@ class Kernel:
                     text = self._source.export(_statics_of(key), in_types, _platform())
                 except Exception as e:
                     raise self._trace_error(e, key, in_types) from e
-                _check_jax_version(self.op_name, text, _jax)
             try:
                 module = _stablehlo.import_module(text, prefix)
             except _stablehlo.ImportError_ as e:
                 raise KernelError(f"{self.op_name}: cannot import its StableHLO module: {e}") from None
+            if self._is_jax:
+                from . import _jax
+                _check_jax_version(self.op_name, "module {\n" + module.functions + "}\n", _jax)
             _check_custom_calls(self.op_name, module)
             out_types, _ = self._signature(key, in_types)
             got_in = tuple((e, tuple(d)) for e, d in module.inputs)
@@ -354,7 +364,12 @@ class Kernel:
                                   f"{len(tensors)} inputs")
         else:
             vjp, diff, cot_of = self._vjp(ctx.key, self._types(tensors))
-            got = vjp._call(*tensors, *[grads[i] for i in cot_of], **statics)
+            try:
+                got = vjp._call(*tensors, *[grads[i] for i in cot_of], **statics)
+            except KernelError as e:
+                # Pallas kernels, for one, have no VJP in JAX.
+                raise KernelError(f"{self.op_name} has no backward: JAX cannot differentiate the function, so "
+                                  f"give it one with from_jax(..., backward=fn). {e}") from e
             got = list(got) if isinstance(got, tuple) else [got]
             result = [None] * len(tensors)
             for i, g in zip(diff, got):

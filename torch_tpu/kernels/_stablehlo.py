@@ -30,6 +30,11 @@ PLATFORM_CUSTOM_CALLS = {
 }
 
 
+# Custom calls that jaxlib's own CPU runtime registers (LAPACK for jnp.linalg) and the XLA CPU
+# plugin does not: it fails to compile them ("No FFI handler registered for lapack_sgetrf_ffi").
+JAXLIB_CPU_CUSTOM_CALL_PREFIXES = ("lapack_",)
+
+
 class ImportError_(ValueError):
     """A module that cannot be imported; the message says why."""
 
@@ -91,6 +96,42 @@ def strip_locations(text):
             continue
         out.append(text[i:m.start()].rstrip(" "))
         i = _matching(text, m.end() - 1, "(", ")")
+    out.append(text[i:])
+    return "".join(out)
+
+
+def _angle_end(text, i):
+    """Index after the '>' that closes text[i] == '<' ('->' arrows inside do not close it)."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i = _skip_string(text, i)
+            continue
+        if c == "<":
+            depth += 1
+        elif c == ">" and text[i - 1] != "-":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ImportError_("unbalanced '<'")
+
+
+def strip_sharding_rules(text):
+    """The text without `sdy.sharding_rule = #sdy.op_sharding_rule<...>` attributes, which JAX
+    puts on custom calls: with one partition they say nothing, and they are the only Shardy
+    syntax in a module that is not sharded."""
+    out, i = [], 0
+    for m in re.finditer(r"(,\s*)?sdy\.sharding_rule\s*=\s*#sdy\.op_sharding_rule<", text):
+        if m.start() < i:
+            continue
+        out.append(text[i:m.start()])
+        i = _angle_end(text, m.end() - 1)
+        if m.group(1) is None:  # the first attribute: drop the comma after it instead
+            after = re.compile(r"\s*,\s*").match(text, i)
+            if after:
+                i = after.end()
     out.append(text[i:])
     return "".join(out)
 
@@ -228,7 +269,7 @@ def _parse_funcs(text):
 
 def import_module(text, prefix, entry="main"):
     """Imports `text` (a StableHLO module) with every function renamed `<prefix>_<name>`."""
-    text = strip_locations(text)
+    text = strip_sharding_rules(strip_locations(text))
     funcs = _parse_funcs(text)
     names = {f.name for f in funcs}
     if entry not in names:
