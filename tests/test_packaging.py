@@ -64,6 +64,40 @@ def test_import_checks_the_pytorch_release_before_loading_the_extension():
     assert "C loaded False" in out.stdout
 
 
+def _torch_requirement():
+    sys.path.insert(0, os.path.join(ROOT, "tools", "packaging"))
+    try:
+        import torch_requirement
+    finally:
+        sys.path.pop(0)
+    return torch_requirement
+
+
+def test_pyproject_states_the_supported_releases_and_the_wheel_requires_the_one_it_was_built_for():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        pyproject = tomllib.load(f)
+    settings = pyproject["tool"]["scikit-build"]["metadata"]["dependencies"]
+    assert settings["supported-torch"] == ">=2.11,<2.14"
+    assert pyproject["project"]["dynamic"] == ["dependencies"] and "dependencies" not in pyproject["project"]
+    major, minor = _compat.release(torch.__version__)
+    assert _torch_requirement().dynamic_metadata("dependencies", settings) == [f"torch=={major}.{minor}.*",
+                                                                              "xla-cpu-pjrt"]
+
+
+@pytest.mark.parametrize("installed, pinned", [("2.11.0+cu130", "torch==2.11.*"), ("2.12.1", "torch==2.12.*"),
+                                               ("2.13.0+cpu", "torch==2.13.*"), ("2.13.0a0+git1234", "torch==2.13.*")])
+def test_a_build_requires_the_release_it_is_built_against(installed, pinned):
+    assert _torch_requirement().requirements(">=2.11,<2.14", installed, ["x"]) == [pinned, "x"]
+
+
+@pytest.mark.parametrize("installed", ["2.10.0", "2.14.0", "3.0.0"])
+def test_a_build_against_an_unsupported_release_stops_naming_both(installed):
+    with pytest.raises(RuntimeError, match=rf"builds against PyTorch >=2.11,<2.14 .* but PyTorch {installed} is"):
+        _torch_requirement().requirements(">=2.11,<2.14", installed, [])
+
+
 # ---- plugin discovery, on stand-in packages and device nodes ----
 
 @pytest.fixture

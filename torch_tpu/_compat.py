@@ -1,12 +1,18 @@
-"""The PyTorch release check that runs before the compiled extension loads.
+"""Everything that depends on the PyTorch release, on the Python side.
 
-torch_tpu/_C links against libtorch's C++ ABI, which changes between PyTorch releases:
-loaded under another release it fails with an undefined symbol, or worse, loads and
-crashes later. So the version _C was compiled against (recorded in _build_info.py at build
-time) is compared with the running PyTorch first. Patch releases of one major.minor keep
-the ABI, which is also what the wheel's `torch==X.Y.*` requirement allows.
+First, the release check that runs before the compiled extension loads. torch_tpu/_C links
+against libtorch's C++ ABI, which changes between PyTorch releases: loaded under another
+release it fails with an undefined symbol, or worse, loads and crashes later. So the version _C
+was compiled against (recorded in _build_info.py at build time) is compared with the running
+PyTorch first. Patch releases of one major.minor keep the ABI, which is also what the wheel's
+`torch==X.Y.*` requirement allows (tools/packaging/torch_requirement.py writes it).
+
+Then the differences between the releases torch_tpu builds against (2.11 to 2.13), each named
+with the release that needs it; csrc/aten/torch_compat.h holds the C++ ones.
 """
 import re
+
+import torch
 
 
 def release(version):
@@ -36,3 +42,25 @@ def check_torch(torch_tpu_version, built_for, running):
     message = mismatch_message(torch_tpu_version, built_for, running)
     if message:
         raise ImportError(message)
+
+
+# ---- Differences between the PyTorch releases torch_tpu supports (2.11 to 2.13, pyproject.toml),
+# each named with the release that needs it. csrc/aten/torch_compat.h holds the C++ ones.
+
+def override_meta_kernel(lib, name, fn):
+    """Registers `fn` as aten::`name`'s Meta kernel in the torch.library.Library `lib`, replacing
+    PyTorch's own. 2.11: Library.impl refuses to replace a kernel PyTorch registered from Python
+    (_grouped_mm's Meta kernel is one) unless told to with allow_override=True, 2.13's default;
+    the keyword exists in every supported release."""
+    lib.impl(name, fn, "Meta", allow_override=True)
+
+
+def missing_meta_kernels(running=None):
+    """ATen ops (names) whose Meta kernel the running release lacks and tpu needs: the generic
+    kernel infers every result's type with Meta. torch_tpu/_meta.py adds them."""
+    missing = []
+    if release(running or torch.__version__) < (2, 13):
+        # 2.11: no Meta kernel for SDPA's overrideable backward (2.13 has one), so every
+        # backward through F.scaled_dot_product_attention on tpu raised "not implemented".
+        missing.append("_scaled_dot_product_fused_attention_overrideable_backward")
+    return missing

@@ -114,9 +114,11 @@ def _redirect_inductor():
         return
     inductor_call = wrapper.__call__
 
-    def __call__(self, model_, inputs_, *, config_patches=None):
+    # Whatever else the release's wrapper takes is passed through untouched (2.13 adds a
+    # keyword-only config_patches that 2.11 lacks).
+    def __call__(self, model_, inputs_, *args, **kwargs):
         if not _graph_uses_tpu(model_, inputs_):
-            return inductor_call(self, model_, inputs_, config_patches=config_patches)
+            return inductor_call(self, model_, inputs_, *args, **kwargs)
         global _warned
         if not _warned:
             _warned = True

@@ -10,8 +10,13 @@ The margin losses' Meta kernels are their decompositions, which make a single sa
 one: with reduction='none' they give shape (1,) where the CPU kernel gives a 0-dim loss (for
 multi_margin_loss when the target is 0-dim, for multilabel_margin_loss when it is 1-D). These
 wrap them and give the CPU's shape.
+
+Some releases lack a Meta kernel that tpu needs (_compat.missing_meta_kernels names them); the
+ones here are those of the releases that have them.
 """
 import torch
+
+from . import _compat
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -59,6 +64,16 @@ def _multilabel_margin_loss_forward_meta(input, target, reduction):
     return (loss.reshape(()) if reduction == 0 and target.dim() <= 1 else loss), is_target
 
 
+def _sdpa_overrideable_backward_meta(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                                     cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                                     philox_offset, *, scale=None):
+    """Gradients shaped like the inputs, as 2.13's Meta kernel gives them."""
+    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+            torch.empty_like(attn_bias) if attn_bias is not None else None)
+
+
+_MISSING = {"_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_overrideable_backward_meta}
+
 _lib = None
 
 
@@ -71,10 +86,12 @@ def install():
     from torch._decomp import global_decomposition_table
 
     _lib = torch.library.Library("aten", "IMPL")
-    for name, meta in (("_grouped_mm", _grouped_mm_meta), ("multi_margin_loss", _multi_margin_loss_meta),
-                       ("multilabel_margin_loss_forward", _multilabel_margin_loss_forward_meta)):
+    replaced = (("_grouped_mm", _grouped_mm_meta), ("multi_margin_loss", _multi_margin_loss_meta),
+                ("multilabel_margin_loss_forward", _multilabel_margin_loss_forward_meta))
+    added = tuple((name, _MISSING[name]) for name in _compat.missing_meta_kernels())
+    for name, meta in replaced + added:
         op = getattr(torch.ops.aten, name).default
-        _lib.impl(name, meta, "Meta")
+        _compat.override_meta_kernel(_lib, name, meta)
         op.py_kernels[torch._C.DispatchKey.Meta] = meta
         op._dispatch_cache.clear()
         global_decomposition_table["meta"][op] = meta

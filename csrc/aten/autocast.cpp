@@ -4,14 +4,12 @@
 // promoted to the widest input type. binary_cross_entropy is refused, as on CUDA. Ops without
 // a policy fall through (kernels.cpp).
 #include <ATen/autocast_mode.h>
-#include <torch/headeronly/version.h>
 #include <torch/library.h>
+
+#include "torch_compat.h"
 
 namespace tpu::aten {
 namespace autocast_policies {
-#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
-using at::DimnameList;  // torch < 2.13 lists norm's named-dimension overloads, unqualified
-#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

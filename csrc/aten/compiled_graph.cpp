@@ -16,6 +16,7 @@
 
 #include "arguments.h"
 #include "operands.h"
+#include "torch_compat.h"
 #include "../runtime/executor.h"
 
 namespace py = pybind11;
@@ -97,7 +98,7 @@ GArg ArgOf(const py::handle& h) {
     case kScalarArg: a.kind = Arg::Kind::Tensor; g.scalars.push_back(ScalarOf(v)); break;
     case kIntArg: a.kind = Arg::Kind::Int; a.i = v.cast<int64_t>(); break;
     case kDtypeArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<at::ScalarType>()); break;
-    case kLayoutArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<c10::Layout>()); break;
+    case kLayoutArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(compat::LayoutFromPython(v)); break;
     case kMemoryFormatArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<at::MemoryFormat>()); break;
     case kDoubleArg: a.kind = Arg::Kind::Double; a.d = v.cast<double>(); break;
     case kBoolArg: a.kind = Arg::Kind::Bool; a.b = v.cast<bool>(); break;
