@@ -45,8 +45,9 @@ def _types_text(types):
 
 
 def _platform():
-    """The platform name jax.export lowers for: our plugin's ("cpu", "cuda", "tpu")."""
-    return _C._platform()
+    """The platform name jax.export lowers for: our plugin's ("cpu", "cuda", "rocm", "tpu")."""
+    platform = _C._platform()
+    return {"gpu": "cuda"}.get(platform, platform)
 
 
 _versions = {}
