@@ -105,6 +105,39 @@ def test_pallas_softmax_forward_backward(softmax, mode):
         torch.testing.assert_close(xt.grad.cpu(), x.grad)
 
 
+def test_pallas_grid_kernel():
+    """A Pallas kernel over a grid of blocks (interpret mode: a loop of dynamic slices)."""
+    def scale_rows_kernel(x_ref, s_ref, o_ref):
+        o_ref[...] = x_ref[...] * s_ref[...]
+
+    def scale_rows(x, s):
+        return pl.pallas_call(
+            scale_rows_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 8,),
+            in_specs=[pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0)), pl.BlockSpec((8, 1), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0)), interpret=True)(x, s)
+
+    k = kernels.from_jax(scale_rows, name="test_scale_rows")
+    x, s = torch.randn(32, 16), torch.randn(32, 1)
+    torch.testing.assert_close(k(x.to("tpu"), s.to("tpu")).cpu(), x * s)
+
+
+def test_integer_results_and_unused_inputs():
+    """An integer result has no gradient (JAX's float0 cotangent is made inside the VJP); an
+    input the function ignores is still an operand of the exported module (jit keep_unused)."""
+    def f(x, offset, unused):
+        return jnp.sin(x) * 2, jnp.argmax(x, -1).astype(jnp.int32) + offset
+
+    k = kernels.from_jax(f, name="test_int_result")
+    x = torch.randn(3, 5, requires_grad=True)
+    offset = torch.arange(3, dtype=torch.int32)
+    xt = _leaf(x)
+    a, b = k(xt, offset.to("tpu"), torch.zeros(2, device="tpu"))
+    a.sum().backward()
+    (torch.sin(x) * 2).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad)
+    torch.testing.assert_close(b.cpu(), x.detach().argmax(-1).to(torch.int32) + offset)
+
+
 def test_bf16_and_tuple_results():
     def stats(x):
         return jnp.mean(x.astype(jnp.float32), axis=-1), jnp.max(x, axis=-1)
@@ -261,6 +294,7 @@ def test_llama_with_kernels(rms_norm, softmax, mode):
             torch._dynamo.utils.counters.clear()
             forward = torch.compile(tpu, backend="tpu")
         torch_tpu.reset_metrics()
+        built = torch_tpu._C._graph_stats()["compile_programs_built"]
         logits = forward(input_ids=ids.to("tpu")).logits
         logits.float().pow(2).mean().backward()
         torch.testing.assert_close(logits.detach().cpu(), ref.detach(), atol=2e-5, rtol=1e-4)
@@ -269,7 +303,9 @@ def test_llama_with_kernels(rms_norm, softmax, mode):
         assert torch_tpu.metrics()["cpu_fallbacks"] == 0
     assert calls["rms_norm"] == 5 and calls["softmax"] == 2  # 2 layers x 2 norms + the final one
     if mode == "compiled":
+        # One graph each way, each one program with the kernels inside.
         assert not torch._dynamo.utils.counters["graph_break"]
+        assert torch_tpu._C._graph_stats()["compile_programs_built"] - built == 2
 
 
 # ---- the disk cache: a second process compiles nothing ----

@@ -123,7 +123,8 @@ class JaxSource:
         """The function's StableHLO text for `platform` ("cpu", "cuda", "tpu")."""
         avals = self._avals(in_types)
         try:
-            exported = jax_export.export(jax.jit(self._bound(statics)), platforms=[platform])(*avals)
+            # keep_unused: the module takes every tensor the op passes, used or not.
+            exported = jax_export.export(jax.jit(self._bound(statics), keep_unused=True), platforms=[platform])(*avals)
         except Exception as e:
             raise TraceError(e) from e
         return exported.mlir_module()
