@@ -77,14 +77,16 @@ def test_end_to_end_with_allow_cpu(tmp_path):
         def test_not_selected():
             pass
     """))
+    bench = tmp_path / "bench.py"
+    bench.write_text("import sys\nprint('| setup | ms |')\nprint('| tpu |', sys.argv[1:], '|')\n")
     report = tmp_path / "report.md"
-    r = _script("--allow-cpu", "--no-bench", "--wheels", str(wheels), "--report", str(report),
-                "--select", f"{tests}::-knot not_selected")
+    r = _script("--allow-cpu", "--bench", str(bench), "--bench-args", "--setups 'tpu compiled'", "--wheels",
+                str(wheels), "--report", str(report), "--select", f"{tests}::-knot not_selected")
     assert r.returncode == 1, r.stdout + r.stderr  # a test failed
     text = report.read_text()
     assert "- platform: **cpu**" in text and "## python -m torch_tpu info" in text and "plugin chosen by" in text
     assert f"| {tests} | not not_selected | 1 | 1 | 0 | 1 |" in text, text
     assert "### " in text and "the reason it failed" in text
     assert "1 x " in text and "a reason to skip" in text
-    assert "skipped (--no-bench)" in text
+    assert "exit status 0 after" in text and "| tpu | ['--setups', 'tpu compiled'] |" in text
     assert "devcheck_probe-1.0-py3-none-any.whl" in r.stdout

@@ -21,6 +21,7 @@ import argparse
 import datetime
 import glob
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -98,10 +99,15 @@ def install(args, log):
     return site
 
 
+def _has(program):
+    return any(os.access(os.path.join(d, program), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep))
+
+
 def platform_of(env):
     code = ("import torch, torch_tpu; print('PLATFORM', torch_tpu.platform(), torch.tpu.device_count(), "
-            "torch.__version__, torch_tpu.__version__)")
+            "torch.__version__, torch_tpu.__version__); print('TORCH', torch.__file__)")
     rc, out = _run([sys.executable, "-c", code], env, 300)
+    print("\n".join(line for line in out.splitlines() if line.startswith("TORCH ")), flush=True)
     for line in out.splitlines():
         if line.startswith("PLATFORM "):
             _, platform, count, torch_version, tpu_version = line.split()
@@ -158,6 +164,11 @@ def main(argv=None):
     p.add_argument("--time-limit-s", type=float, default=560,
                    help="the whole check ends by then (the device machine's run tool allows 600 s a command)")
     p.add_argument("--no-bench", action="store_true", help="skip bench/accelerator.py")
+    p.add_argument("--bench", default=BENCH, help="the benchmark script (default: %(default)s)")
+    p.add_argument("--no-tests", action="store_true", help="run only the benchmark (a second command, when both "
+                   "do not fit one run: --no-tests --bench-timeout-s 540)")
+    p.add_argument("--bench-args", default="", help="arguments for bench/accelerator.py, e.g. \"--setups 'tpu "
+                   "compiled,cuda eager'\" (split like a shell line)")
     p.add_argument("--select", nargs="*", default=None,
                    help="test files (optionally FILE::-kEXPR) to run instead of the curated selection")
     p.add_argument("--allow-cpu", action="store_true", help="run on the XLA CPU plugin too (to test this script)")
@@ -165,7 +176,9 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     selection = SELECTION
-    if args.select is not None:
+    if args.no_tests:
+        selection = []
+    elif args.select is not None:
         selection = [(s.split("::-k", 1)[0], s.split("::-k", 1)[1] if "::-k" in s else None, "chosen by --select")
                      for s in args.select]
     if args.list:
@@ -173,8 +186,8 @@ def main(argv=None):
         print(f"wheels: {args.wheels or '(none: the installed torch_tpu, or --build)'}")
         for path, expr, why in selection:
             print(f"test: {path}" + (f" -k '{expr}'" if expr else "") + f"  # {why}")
-        bench = os.path.join(ROOT, BENCH)
-        print(f"bench: {BENCH}" + ("" if os.path.exists(bench) else " (not in this checkout: skipped)"))
+        bench = os.path.join(ROOT, args.bench)
+        print(f"bench: {args.bench} {args.bench_args}".rstrip() + ("" if os.path.exists(bench) else " (not in this checkout: skipped)"))
         return 0
 
     out_dir = os.environ.get("OUT") or os.path.join(ROOT, "build")
@@ -198,10 +211,14 @@ def main(argv=None):
 
     rc, info = _run([sys.executable, "-m", "torch_tpu", "info"], env, 300)
     print(info, flush=True)
+    rc, gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                    env, 60) if _has("nvidia-smi") else (1, "")
     lines += [f"# torch-tpu device check ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
               f"- platform: **{platform}**, {count} device(s)",
               f"- Python {sys.version.split()[0]} ({sys.executable}), PyTorch {torch_version}, torch_tpu {tpu_version}",
-              f"- installed from: {site or '(already installed)'}", "", "## python -m torch_tpu info", "", "```",
+              f"- installed from: {site or '(already installed)'}"] + \
+             ([f"- nvidia-smi: {g.strip()}" for g in gpus.splitlines() if g.strip()] if rc == 0 else []) + \
+             ["", "## python -m torch_tpu info", "", "```",
               info.rstrip(), "```", "", "## Tests", "",
               "| file | -k | passed | failed | errors | skipped | seconds |", "|---|---|---|---|---|---|---|"]
     results, not_run = [], []
@@ -241,25 +258,27 @@ def main(argv=None):
         lines += ["", "## Skip reasons", ""] + [f"- {n} x {reason}" for reason, n in sorted(skips.items())]
 
     lines += ["", "## Benchmark", ""]
-    bench = os.path.join(ROOT, BENCH)
+    bench = os.path.join(ROOT, args.bench)
+    bench_rc = None
     if args.no_bench:
         lines.append("skipped (--no-bench)")
     elif not os.path.exists(bench):
-        lines.append(f"{BENCH} is not in this checkout: no benchmark ran.")
-        log(f"{BENCH} is not in this checkout: no benchmark")
+        lines.append(f"{args.bench} is not in this checkout: no benchmark ran.")
+        log(f"{args.bench} is not in this checkout: no benchmark")
     else:
-        log(f"python {BENCH}")
+        log(f"python {args.bench} {args.bench_args}".rstrip())
         start = time.monotonic()
         timeout = max(30.0, min(args.bench_timeout_s, args.time_limit_s - (time.monotonic() - began)))
-        rc, out = _run([sys.executable, bench], env, timeout)
-        lines += [f"exit status {rc} after {time.monotonic() - start:.0f} s", "", "```", out.rstrip()[-12000:], "```"]
+        cmd = [sys.executable, bench] + shlex.split(args.bench_args)
+        bench_rc, out = _run(cmd, env, timeout)
+        lines += [f"exit status {bench_rc} after {time.monotonic() - start:.0f} s", "", "```", out.rstrip()[-12000:], "```"]
     elapsed = time.monotonic() - began
     lines += ["", f"Whole check: {elapsed:.0f} s."]
     with open(report_path, "w") as f:
         f.write("\n".join(lines) + "\n")
     log(f"report: {report_path}")
     print("\n".join(line for line in lines if line.startswith("|") or line.startswith("Not run")), flush=True)
-    return 0 if not failures else 1
+    return 0 if not failures and bench_rc in (0, None) else 1
 
 
 if __name__ == "__main__":
