@@ -167,7 +167,7 @@ def main(argv=None):
     p.add_argument("--bench", default=BENCH, help="the benchmark script (default: %(default)s)")
     p.add_argument("--no-tests", action="store_true", help="run only the benchmark (a second command, when both "
                    "do not fit one run: --no-tests --bench-timeout-s 540)")
-    p.add_argument("--bench-args", default="", help="arguments for bench/accelerator.py, e.g. \"--setups 'tpu "
+    p.add_argument("--bench-args", default="", help="arguments for bench/accelerator.py, as --bench-args=\"--setups 'tpu "
                    "compiled,cuda eager'\" (split like a shell line)")
     p.add_argument("--select", nargs="*", default=None,
                    help="test files (optionally FILE::-kEXPR) to run instead of the curated selection")

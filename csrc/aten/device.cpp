@@ -291,6 +291,9 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return c10::Device(kTpu, CurrentDevice()); }
   void setDevice(c10::Device d) const override { SetCurrentDevice(d.index()); }
   void uncheckedSetDevice(c10::Device d) const noexcept override { t_current_device = d.index(); }
+  // Any index is answered, as the one default stream: with a tpu backend named, PyTorch's autograd
+  // (InputBuffer::add) asks this guard for the current stream of a CUDA gradient's device index
+  // (torch_tpu/_other_accelerators.py says what happens next).
   c10::Stream getStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT, c10::Device(kTpu, d.index() < 0 ? CurrentDevice() : d.index()));
   }
