@@ -22,14 +22,15 @@ def cpu_and_tpu_error(fn):
 
 
 def test_invalid_device_index():
-    with pytest.raises(RuntimeError, match=r"invalid device index 5\b.*2 device"):
-        torch.zeros(2, device="tpu:5")
-    with pytest.raises(RuntimeError, match="invalid device index 2"):
-        torch.tensor([1.0]).to("tpu:2")
-    with pytest.raises(RuntimeError, match="invalid device index 3"):
-        torch.tpu.set_device(3)
-    with pytest.raises(RuntimeError, match="invalid device index 7"):
-        torch.empty_strided((2,), (1,), device="tpu:7")
+    n = torch.tpu.device_count()
+    with pytest.raises(RuntimeError, match=rf"invalid device index {n + 3}\b.*{n} device"):
+        torch.zeros(2, device=f"tpu:{n + 3}")
+    with pytest.raises(RuntimeError, match=f"invalid device index {n}"):
+        torch.tensor([1.0]).to(f"tpu:{n}")
+    with pytest.raises(RuntimeError, match=f"invalid device index {n + 1}"):
+        torch.tpu.set_device(n + 1)
+    with pytest.raises(RuntimeError, match=f"invalid device index {n + 4}"):
+        torch.empty_strided((2,), (1,), device=f"tpu:{n + 4}")
     assert torch.tpu.current_device() == 0  # a failed call leaves the current device alone
     assert torch.zeros(1, device="tpu").device.index == 0
 
