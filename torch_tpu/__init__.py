@@ -116,3 +116,13 @@ def native_ops():
 def platform():
     """The PJRT platform that runs the device: 'tpu', 'cuda' or 'cpu'."""
     return _device_module.get_device_name()
+
+
+def __getattr__(name):
+    # torch_tpu.kernels (custom kernels from JAX or StableHLO) loads on first use: importing torch
+    # does not pay for it, and JAX stays unimported until from_jax.
+    if name == "kernels":
+        import importlib
+
+        return importlib.import_module(".kernels", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
