@@ -12,6 +12,7 @@
 #include "dispatch.h"
 #include "op_program.h"
 #include "overlap.h"
+#include "precision.h"
 #include "../lowering/custom_kernel.h"
 #include "../runtime/metrics.h"
 
@@ -109,9 +110,10 @@ std::string Describe(const c10::IValue& v) {
 }
 
 // Counts a signature miss of an op seen before as a recompilation, with its reason.
-void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first) {
+void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first, shlo::Precision precision) {
   std::vector<std::string> now;
   for (size_t i = 0; i < e.num_args; ++i) now.push_back(Describe(stack[first + i]));
+  now.push_back(MatmulPrecisionSetting(precision));  // keyed too (precision.h)
   std::string reason;
   {
     std::lock_guard<std::mutex> lock(e.misses.mu);
@@ -119,7 +121,8 @@ void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first) {
       const auto& args = e.op->schema().arguments();
       for (size_t i = 0; i < now.size() && i < e.misses.last.size(); ++i) {
         if (now[i] != e.misses.last[i]) {
-          reason = e.name + ": argument '" + args[i].name() + "' changed from " + e.misses.last[i] + " to " + now[i];
+          std::string what = i < e.num_args ? "argument '" + args[i].name() + "'" : "float32 matmul precision";
+          reason = e.name + ": " + what + " changed from " + e.misses.last[i] + " to " + now[i];
           break;
         }
       }
@@ -199,7 +202,7 @@ class GenericKernel final : public c10::OperatorKernel {
         return (*this)(op, {}, stack);
       }
       GetMetrics().signature_misses++;
-      NoteRecompile(*e_, *stack, first);
+      NoteRecompile(*e_, *stack, first, call.precision);
       // A write overlapping its own inputs is refused before a program that would compute
       // something else exists: once per signature, or on every call where a run-time view
       // offset can change the overlap (recheck_overlap, overlap.cpp).

@@ -16,6 +16,7 @@
 
 #include "arguments.h"
 #include "operands.h"
+#include "precision.h"
 #include "torch_compat.h"
 #include "../runtime/executor.h"
 
@@ -199,7 +200,7 @@ class Graph {
     std::vector<std::pair<shlo::Value, int64_t>> rng_params;
     for (size_t n = 0; n < nodes_.size(); ++n) {
       try {
-        LowerNode(b, nodes_[n], values, mutations, rng_params);
+        LowerNode(b, nodes_[n], values, mutations, rng_params, MatmulPrecision());
       } catch (const std::exception& e) {
         bad.emplace_back(static_cast<int64_t>(n), e.what());
         for (size_t k = 0; k < nodes_[n].outs.size(); ++k) {
@@ -242,6 +243,8 @@ class Graph {
     std::vector<int64_t> key;
     std::vector<TpuStorage*> seen;
     key.reserve(n * 8);
+    ops.precision = MatmulPrecision();
+    key.push_back(static_cast<int64_t>(ops.precision));
     for (const at::Tensor& t : tensors) {
       if (t.device().is_privateuseone() && StorageOf(t)->pending) Executor::Get().Flush("compiled graph input");
       AddTensor(ops, key, t, seen);
@@ -335,7 +338,7 @@ class Graph {
   // `rng_params` receives the parameter and how far the generator's offset advances.
   void LowerNode(shlo::Builder& b, const GNode& node, std::vector<shlo::Value>& values,
                  std::vector<std::pair<size_t, shlo::Value>>& mutations,
-                 std::vector<std::pair<shlo::Value, int64_t>>& rng_params,
+                 std::vector<std::pair<shlo::Value, int64_t>>& rng_params, shlo::Precision precision,
                  std::vector<lowering::Ctx::Check>* checks = nullptr) const {
     if (node.op == "aten::copy_") {
       int64_t target = node.args.at(0).id, src = node.args.at(1).id;
@@ -350,6 +353,7 @@ class Graph {
     if (!node.fn) throw lowering::Unsupported("no lowering for " + node.op);
     lowering::Ctx ctx{b, {}, shlo::ElemType::F32};
     ctx.op = node.op;
+    ctx.precision = precision;
     for (const GType& t : node.outs) {
       if (!t.defined) {
         ctx.outputs.push_back({shlo::ElemType::F32, {}});
@@ -418,7 +422,7 @@ class Graph {
 
   // After a failed compile: compiles node after node alone to name the first one the plugin
   // rejects (within a time budget; this runs only on the error path).
-  std::string LocateCompileFailure() const {
+  std::string LocateCompileFailure(shlo::Precision precision) const {
     auto start = std::chrono::steady_clock::now();
     for (const GNode& node : nodes_) {
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) break;
@@ -436,7 +440,7 @@ class Graph {
           param(g.id);
           for (int64_t id : g.ids) param(id);
         }
-        LowerNode(b, node, values, mutations, rng_params);
+        LowerNode(b, node, values, mutations, rng_params, precision);
         for (size_t k = 0; k < node.outs.size(); ++k)
           if (node.outs[k].defined) results.push_back(values[node.first_id + k]);
         if (results.empty()) continue;
@@ -490,7 +494,7 @@ class Graph {
     for (const GNode& node : nodes_) {
       try {
         size_t rng_before = rng_params.size();
-        LowerNode(b, node, values, mutations, rng_params, &checks);
+        LowerNode(b, node, values, mutations, rng_params, ops.precision, &checks);
         for (size_t r = rng_before; r < rng_params.size(); ++r) {
           // A state the node's lowering never read leaves the generator where it was.
           int64_t increment = b.Uses(rng_params[r].first) ? rng_params[r].second : 0;
@@ -560,7 +564,7 @@ class Graph {
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {
-      RethrowAsTorchError(e, "tpu: torch.compile: compiling graph " + name_ + LocateCompileFailure());
+      RethrowAsTorchError(e, "tpu: torch.compile: compiling graph " + name_ + LocateCompileFailure(ops.precision));
     }
     g_graph_programs++;
     return gp;

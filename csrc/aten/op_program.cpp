@@ -6,6 +6,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "precision.h"
+
 namespace tpu::aten {
 
 using lowering::Arg;
@@ -68,6 +70,8 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
   call.slot_is_cpu_scalar.reserve(e.num_args);
   call.key.reserve(64);
   call.key.push_back(reinterpret_cast<int64_t>(&e));
+  call.precision = MatmulPrecision();
+  call.key.push_back(static_cast<int64_t>(call.precision));
   for (size_t i = 0; i < e.num_args; ++i) {
     const c10::IValue& v = stack[first + i];
     auto& k = call.key;
@@ -279,6 +283,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
   shlo::Builder b;
   lowering::Ctx ctx{b, {}, common_elem};
   ctx.op = e.name;
+  ctx.precision = call.precision;
   for (const at::Tensor& m : result_meta) {
     if (!m.defined()) {
       ctx.outputs.push_back({shlo::ElemType::F32, {}});

@@ -17,6 +17,7 @@ struct Operands {
   std::vector<c10::Scalar> scalars;                        // run-time Scalars
   std::vector<std::optional<at::Generator>> generators;    // one per Rng parameter source
   int device = -1;                                         // of the tpu tensors (-1: none yet)
+  shlo::Precision precision = shlo::Precision::Highest;    // of f32 products (precision.h), keyed
 };
 
 // Signature tags (csrc/aten/op_program.cpp builds eager signatures from them).

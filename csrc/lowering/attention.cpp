@@ -61,7 +61,7 @@ Attention Prepare(Ctx& ctx, Value q, Value k, Value v, const Args& a) {
 // scale * q @ k^T + mask, [..., L, S]; masked entries are -inf.
 Value Scores(Ctx& ctx, const Attention& at, Value bias, bool causal) {
   int64_t r = at.r;
-  Value s = ctx.b.DotGeneral(at.q, at.k, at.batch, at.batch, {r - 1}, {r - 1}, at.q.type.elem);
+  Value s = ctx.b.DotGeneral(at.q, at.k, at.batch, at.batch, {r - 1}, {r - 1}, at.q.type.elem, ctx.precision);
   s = Bin(ctx, "multiply", s, Const(ctx, at.scale, s));
   Value ninf = Const(ctx, -INFINITY, s);
   if (bias.valid()) {
@@ -133,7 +133,7 @@ std::vector<Value> LowerSdpaForward(Ctx& ctx, const Args& a) {
     std::tie(seed, offset) = StateWords(ctx, a.tensor("generator"));
   }
   int64_t r = at.r;
-  Value out = ctx.b.DotGeneral(probs, at.v, at.batch, at.batch, {r - 1}, {r - 2}, probs.type.elem);
+  Value out = ctx.b.DotGeneral(probs, at.v, at.batch, at.batch, {r - 1}, {r - 2}, probs.type.elem, ctx.precision);
   return {ConvertTo(ctx, out, ctx.out(0).elem), ConvertTo(ctx, ctx.b.Reshape(lse, ctx.out(1).dims), ctx.out(1).elem),
           seed, offset};
 }
@@ -156,14 +156,14 @@ std::vector<Value> LowerSdpaBackward(Ctx& ctx, const Args& a) {
   Value factor;
   if (p > 0) factor = DropoutFactor(ctx, StateOf(ctx, a.tensor("philox_seed"), a.tensor("philox_offset")), probs.type, p);
   Value dropped = factor.valid() ? Bin(ctx, "multiply", probs, factor) : probs;
-  Value dv = ctx.b.DotGeneral(dropped, g, at.batch, at.batch, {r - 2}, {r - 2}, s.type.elem);
-  Value dp = ctx.b.DotGeneral(g, at.v, at.batch, at.batch, {r - 1}, {r - 1}, s.type.elem);
+  Value dv = ctx.b.DotGeneral(dropped, g, at.batch, at.batch, {r - 2}, {r - 2}, s.type.elem, ctx.precision);
+  Value dp = ctx.b.DotGeneral(g, at.v, at.batch, at.batch, {r - 1}, {r - 1}, s.type.elem, ctx.precision);
   if (factor.valid()) dp = Bin(ctx, "multiply", dp, factor);
   Value rowdot = Unreduce(ctx, SumOver(ctx, Bin(ctx, "multiply", probs, dp), {r - 1}), s.type.dims, {r - 1});
   Value ds = Bin(ctx, "multiply", probs, Bin(ctx, "subtract", dp, rowdot));
   Value dsc = Bin(ctx, "multiply", ds, Const(ctx, at.scale, ds));
-  Value dq = ctx.b.DotGeneral(dsc, at.k, at.batch, at.batch, {r - 1}, {r - 2}, s.type.elem);
-  Value dk = ctx.b.DotGeneral(dsc, at.q, at.batch, at.batch, {r - 2}, {r - 2}, s.type.elem);
+  Value dq = ctx.b.DotGeneral(dsc, at.k, at.batch, at.batch, {r - 1}, {r - 2}, s.type.elem, ctx.precision);
+  Value dk = ctx.b.DotGeneral(dsc, at.q, at.batch, at.batch, {r - 2}, {r - 2}, s.type.elem, ctx.precision);
   std::vector<Value> out = {ConvertTo(ctx, dq, ctx.out(0).elem), ConvertTo(ctx, SumHeads(ctx, dk, at.groups), ctx.out(1).elem),
                             ConvertTo(ctx, SumHeads(ctx, dv, at.groups), ctx.out(2).elem)};
   if (bias.valid() && IsFloat(ctx.out(3).elem) && ctx.out(3).dims == bias.type.dims)
@@ -186,6 +186,7 @@ std::vector<Value> LowerSdpaOverrideable(Ctx& ctx, const Args& a) {
   for (size_t i = 0; i + 1 < names.size(); ++i) args.push_back(a.raw(a.index(names[i])));
   args.push_back(Arg{});  // generator: none (dropout then runs eagerly)
   Ctx sub{ctx.b, {ctx.out(0), ctx.out(1), ctx.out(6), ctx.out(7)}, ctx.common};
+  sub.precision = ctx.precision;
   std::vector<Value> r = LowerSdpaForward(sub, Args(args, &names));
   for (auto& c : sub.checks) ctx.checks.push_back(c);
   std::vector<Value> out;

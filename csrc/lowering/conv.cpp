@@ -55,7 +55,8 @@ Value Convolution(Ctx& ctx, Value lhs, Value rhs, const ConvSpec& s, const Tenso
   std::string pad;
   for (const auto& [lo, hi] : s.padding)
     pad += std::string(pad.empty() ? "" : ", ") + "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  std::string precision = lhs.type.elem == ElemType::F32 || lhs.type.elem == ElemType::F64 ? "HIGHEST" : "DEFAULT";
+  // Convolutions follow the float32 matmul precision (DESIGN.md, Numerics).
+  std::string precision = shlo::PrecisionName(shlo::ProductPrecision(lhs.type.elem, ctx.precision));
   std::string attrs = "batch_group_count = " + std::to_string(s.batch_groups) +
                       " : i64, dimension_numbers = #stablehlo.conv<" +
                       layout(s.lhs) + "x" + layout(s.rhs) + "->" + layout(s.out) +

@@ -26,6 +26,7 @@ std::vector<Value> LowerForeach(Ctx& ctx, const Args& a) {
     }
     // Each element promotes on its own; its result type is the best stand-in for `common`.
     Ctx sub{ctx.b, {ctx.out(i)}, ctx.out(i).elem};
+    sub.precision = ctx.precision;
     results.push_back(per_tensor(sub, Args(element)).at(0));
     for (auto& c : sub.checks) ctx.checks.push_back(c);
   }

@@ -172,7 +172,8 @@ Value TiledRows(Ctx& ctx, Value x, Value w, Value start, Value end) {
   Items it = PlanItems(ctx, start, end, l);
   Value wg = Take0(ctx, w, ClampIndex(ctx, it.group, w.type.dims[0] - 1));  // [P,K,N]
   Value xt = it.t == 1 ? ctx.b.Reshape(x, {l, 1, x.type.dims[1]}) : Take0(ctx, Tiles(ctx, x, it), it.tile);
-  Value y = ZeroOutside(ctx, ctx.b.DotGeneral(xt, wg, {0}, {0}, {2}, {1}, Acc(ctx)), it.row_in_group);  // [P,t,N]
+  Value y = ctx.b.DotGeneral(xt, wg, {0}, {0}, {2}, {1}, Acc(ctx), ctx.precision);  // [P,t,N]
+  y = ZeroOutside(ctx, y, it.row_in_group);
   if (it.t == 1) return ctx.b.Reshape(y, {l, n});
   Value sum = ScatterAdd0(ctx, ctx.b.Constant(0, {Acc(ctx), {it.tiles, it.t, n}}), it.tile, y);
   return ctx.b.Slice(ctx.b.Reshape(sum, {it.tiles * it.t, n}), {0, 0}, {l, n}, {1, 1});
@@ -184,17 +185,17 @@ Value TiledContraction(Ctx& ctx, Value a, Value b, Value start, Value end) {
   Items it = PlanItems(ctx, start, end, l);
   Value at = ZeroOutside(ctx, Take0(ctx, Tiles(ctx, ctx.b.Transpose(a, {1, 0}), it), it.tile), it.row_in_group);
   Value bt = Take0(ctx, Tiles(ctx, b, it), it.tile);
-  Value y = ctx.b.DotGeneral(at, bt, {0}, {0}, {1}, {1}, Acc(ctx));  // [P,M,N]
+  Value y = ctx.b.DotGeneral(at, bt, {0}, {0}, {1}, {1}, Acc(ctx), ctx.precision);  // [P,M,N]
   return ScatterAdd0(ctx, ctx.b.Constant(0, {Acc(ctx), {g, m, n}}), ClampIndex(ctx, it.group, g - 1), y);
 }
 
-std::string Precision(ElemType t) {
-  const char* p = t == ElemType::F32 ? "HIGHEST" : "DEFAULT";
-  return std::string("precision_config = [#chlo<precision ") + p + ">, #chlo<precision " + p + ">]";
+std::string Precision(Ctx& ctx, ElemType t) {
+  std::string p = t == ElemType::F32 ? shlo::PrecisionName(ctx.precision) : "DEFAULT";
+  return "precision_config = [#chlo<precision " + p + ">, #chlo<precision " + p + ">]";
 }
 
 Value RaggedDot(Ctx& ctx, Value lhs, Value rhs, Value sizes, const std::string& dims, std::vector<int64_t> out_dims) {
-  std::string attrs = "ragged_dot_dimension_numbers = #chlo.ragged_dot<" + dims + ">, " + Precision(lhs.type.elem);
+  std::string attrs = "ragged_dot_dimension_numbers = #chlo.ragged_dot<" + dims + ">, " + Precision(ctx, lhs.type.elem);
   return ctx.b.Op1("chlo.ragged_dot", {lhs, rhs, sizes}, {Acc(ctx), std::move(out_dims)}, attrs);
 }
 
@@ -223,7 +224,7 @@ std::vector<Value> LowerGroupedMm(Ctx& ctx, const Args& args) {
   if (!args.is_none(3)) throw Unsupported("_grouped_mm with a bias");  // the CPU kernel rejects it too
   const TensorType& out = ctx.out();
   bool a2 = a.type.rank() == 2, b2 = b.type.rank() == 2;
-  if (!a2 && !b2) return {ConvertTo(ctx, ctx.b.DotGeneral(a, b, {0}, {0}, {2}, {1}, Acc(ctx)), out.elem)};
+  if (!a2 && !b2) return {ConvertTo(ctx, ctx.b.DotGeneral(a, b, {0}, {0}, {2}, {1}, Acc(ctx), ctx.precision), out.elem)};
   int64_t length = a2 && b2 ? a.type.dims[1] : a2 ? a.type.dims[0] : b.type.dims[1];
   auto [start, end] = Bounds(ctx, offs);
   CheckOffsets(ctx, start, end, length);

@@ -143,6 +143,8 @@ Value AsRows(Ctx& ctx, Value v, const std::vector<int64_t>& dims);
 Value Outer(Ctx& ctx, Value u, Value v);
 Value SumLast(Ctx& ctx, Value v);
 Value Swap(Ctx& ctx, Value a);
+// Batched a @ b at full f32 precision: the inner products of linalg algorithms, which the float32
+// matmul setting (about matmul ops) does not reach.
 Value MatMul(Ctx& ctx, Value a, Value b);
 Value Identity(Ctx& ctx, const TensorType& t);
 Value Diagonal(Ctx& ctx, Value a);

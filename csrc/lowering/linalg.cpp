@@ -1,5 +1,5 @@
-// Matrix products through dot_general. f16/bf16 accumulate in f32; f32 asks for the
-// highest precision (TPUs otherwise multiply f32 in bf16 passes).
+// Matrix products through dot_general. f16/bf16 accumulate in f32; f32 multiplies at PyTorch's
+// float32 matmul precision (ctx.precision: HIGHEST unless torch.set_float32_matmul_precision says).
 #include <cmath>
 
 #include "helpers.h"
@@ -13,7 +13,7 @@ Value DotAcc(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<in
   ElemType out = ctx.out().elem;
   x = ConvertTo(ctx, x, out);
   y = ConvertTo(ctx, y, out);
-  return ctx.b.DotGeneral(x, y, lb, rb, lc, rc, AccumulatorType(out));
+  return ctx.b.DotGeneral(x, y, lb, rb, lc, rc, AccumulatorType(out), ctx.precision);
 }
 
 Value Dot(Ctx& ctx, Value x, Value y, std::vector<int64_t> lb, std::vector<int64_t> rb, std::vector<int64_t> lc,
@@ -225,6 +225,7 @@ std::vector<Value> LowerCdist(Ctx& ctx, const Args& a) {
     for (int64_t i = 0; i < r - 2; ++i) batch.push_back(i);
     Value xn = ctx.b.Reduce(Mul(ctx, x, x), ctx.b.Constant(0, {e, {}}), {r - 1}, "add");  // [.., P]
     Value yn = ctx.b.Reduce(Mul(ctx, y, y), ctx.b.Constant(0, {e, {}}), {r - 1}, "add");
+    // At full f32 whatever the matmul setting: |x|^2 + |y|^2 - 2xy cancels near equal points.
     Value xy = ctx.b.DotGeneral(x, y, batch, batch, {r - 1}, {r - 1}, e);  // [.., P, R]
     std::vector<int64_t> xm = batch, ym = batch;
     xm.push_back(r - 2);

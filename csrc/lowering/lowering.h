@@ -88,6 +88,9 @@ struct Ctx {
   std::vector<TensorType> outputs;  // the op's result types, from Meta inference
   ElemType common = ElemType::F32;  // PyTorch's result_type over the op's inputs
   std::string op;  // the op lowered ("aten::add.Tensor"): custom kernels find their module by it
+  // How f32 matrix products multiply (dots, convolutions, ragged dots): PyTorch's float32
+  // matmul precision, read by the caller once per call and part of the program's key.
+  shlo::Precision precision = shlo::Precision::Highest;
   const TensorType& out(size_t i = 0) const { return outputs.at(i); }
 
   // Device-side checks (like CUDA's device asserts): `failed` is a scalar i1 that is true

@@ -54,7 +54,7 @@ Value Linear(Ctx& ctx, Value x, Value w, Value b, int64_t first, int64_t n) {
   w = ctx.b.Slice(ConvertTo(ctx, w, acc), {first, 0}, {first + n, in}, {1, 1});
   b = ctx.b.Slice(ConvertTo(ctx, b, acc), {first}, {first + n}, {1});
   int64_t r = x.type.rank();
-  Value y = ctx.b.DotGeneral(x, w, {}, {}, {r - 1}, {1}, acc);
+  Value y = ctx.b.DotGeneral(x, w, {}, {}, {r - 1}, {1}, acc, ctx.precision);
   return Bin(ctx, "add", y, ctx.b.BroadcastInDim(b, y.type.dims, {r - 1}));
 }
 Value Linear(Ctx& ctx, Value x, Value w, Value b) { return Linear(ctx, x, w, b, 0, w.type.dims[0]); }
@@ -98,9 +98,9 @@ AttentionResult Attend(Ctx& ctx, Value query, Value key, Value value, int64_t he
   Value v = Linear(ctx, value, qkv_w, qkv_b, 2 * e, e);
   q = Bin(ctx, "multiply", q, Const(ctx, 1 / std::sqrt(static_cast<double>(e / heads)), q));
   q = SplitHeads(ctx, q, heads), k = SplitHeads(ctx, k, heads), v = SplitHeads(ctx, v, heads);
-  Value s = ctx.b.DotGeneral(q, k, {0, 1}, {0, 1}, {3}, {3}, q.type.elem);
+  Value s = ctx.b.DotGeneral(q, k, {0, 1}, {0, 1}, {3}, {3}, q.type.elem, ctx.precision);
   Value probs = MaskedSoftmax(ctx, s, MaskedEntries(ctx, mask, s.type.dims, mask_type), 3);
-  Value attn = ctx.b.DotGeneral(probs, v, {0, 1}, {0, 1}, {3}, {2}, q.type.elem);
+  Value attn = ctx.b.DotGeneral(probs, v, {0, 1}, {0, 1}, {3}, {2}, q.type.elem, ctx.precision);
   return {Linear(ctx, MergeHeads(ctx, attn), a.tensor(w0 + 2), a.tensor(w0 + 3)), probs};
 }
 

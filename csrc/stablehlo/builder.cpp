@@ -375,9 +375,23 @@ Value Builder::Reduce(Value v, Value init, const std::vector<int64_t>& dims, con
   return Op1("stablehlo.reduce", {v, init}, {v.type.elem, out_dims}, "dimensions = " + DenseI64(dims), region);
 }
 
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::Default: return "DEFAULT";
+    case Precision::High: return "HIGH";
+    case Precision::Highest: return "HIGHEST";
+  }
+  return "HIGHEST";
+}
+
+Precision ProductPrecision(ElemType elem, Precision f32) {
+  if (elem == ElemType::F32) return f32;
+  return elem == ElemType::F64 ? Precision::Highest : Precision::Default;
+}
+
 Value Builder::DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
                           const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
-                          const std::vector<int64_t>& rhs_contract, ElemType result_elem) {
+                          const std::vector<int64_t>& rhs_contract, ElemType result_elem, Precision f32) {
   std::vector<int64_t> dims;
   auto contains = [](const std::vector<int64_t>& v, int64_t x) {
     for (int64_t y : v) if (y == x) return true;
@@ -399,9 +413,11 @@ Value Builder::DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_
   field("lhs_contracting_dimensions", lhs_contract);
   field("rhs_contracting_dimensions", rhs_contract);
   std::string attrs = "dot_dimension_numbers = #stablehlo.dot<" + nums + ">";
-  // f32 products at full precision: TPUs otherwise use bf16 passes for f32.
-  if (lhs.type.elem == ElemType::F32 || lhs.type.elem == ElemType::F64)
-    attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  // f32 and f64 products say how to multiply: a TPU otherwise takes one bf16 pass for f32.
+  if (lhs.type.elem == ElemType::F32 || lhs.type.elem == ElemType::F64) {
+    std::string p = PrecisionName(ProductPrecision(lhs.type.elem, f32));
+    attrs += ", precision_config = [#stablehlo<precision " + p + ">, #stablehlo<precision " + p + ">]";
+  }
   return Op1("stablehlo.dot_general", {lhs, rhs}, {result_elem, dims}, attrs);
 }
 

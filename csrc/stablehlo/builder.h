@@ -20,6 +20,16 @@ bool IsSigned(ElemType t);   // signed integers
 bool IsUnsigned(ElemType t); // unsigned integers (not pred)
 bool IsInteger(ElemType t);  // signed or unsigned, not pred
 
+// How an f32 product's operands are multiplied (the precision_config of dot_general,
+// convolution and ragged_dot): HIGHEST is full f32 (a TPU emulates it in about 6 bf16
+// passes), HIGH 3 bf16 passes on a TPU and TF32 on a GPU, DEFAULT one bf16 pass on a TPU and
+// TF32 (or bf16, as XLA chooses) on a GPU. PyTorch's float32 matmul precision picks one.
+enum class Precision { Default, High, Highest };
+const char* PrecisionName(Precision p);  // "DEFAULT", "HIGH", "HIGHEST"
+// The precision a product over `elem` asks for: f32 the given one, f64 always HIGHEST (the
+// setting is about f32), other types DEFAULT (half types accumulate in f32 regardless).
+Precision ProductPrecision(ElemType elem, Precision f32);
+
 struct TensorType {
   ElemType elem = ElemType::F32;
   std::vector<int64_t> dims;
@@ -92,9 +102,12 @@ class Builder {
   Value Unary(const std::string& op, Value a);
   // Reduces `v` over `dims` with the binary op `body_op` (e.g. "add", "maximum"), from `init`.
   Value Reduce(Value v, Value init, const std::vector<int64_t>& dims, const std::string& body_op);
+  // f32 operands multiply at `f32` (matmul ops pass the lowering context's precision; the
+  // default suits the inner products of algorithms, such as linalg's, that need all of f32).
   Value DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
                    const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
-                   const std::vector<int64_t>& rhs_contract, ElemType result_elem);
+                   const std::vector<int64_t>& rhs_contract, ElemType result_elem,
+                   Precision f32 = Precision::Highest);
   // 1-D gather: result[i...] = operand[indices[i...]] for a rank-1 operand.
   Value Gather1D(Value operand, Value indices);
   // 1-D scatter that overwrites operand[indices[i]] = updates[i] (rank-1 operand).

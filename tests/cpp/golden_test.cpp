@@ -66,13 +66,16 @@ class Golden {
   }
   Golden& None(const char* name) { return Add(name, Arg{}); }
 
-  // "// <op>" then the module text.
-  std::string Lower(const std::string& op, const std::vector<TensorType>& outputs, ElemType common = ElemType::F32) {
+  // "// <op>" then the module text; `precision` is the float32 matmul precision csrc/aten reads.
+  std::string Lower(const std::string& op, const std::vector<TensorType>& outputs, ElemType common = ElemType::F32,
+                    shlo::Precision precision = shlo::Precision::Highest) {
     lowering::LowerFn fn = lowering::Find(op);
     if (!fn) return "// " + op + ": not in the lowering table\n";
     lowering::Ctx ctx{b_, outputs, common};
+    ctx.precision = precision;
     std::vector<shlo::Value> results = fn(ctx, lowering::Args(args_, &names_));
-    return "// " + op + "\n" + b_.Module(results);
+    return "// " + op + (precision == shlo::Precision::Highest ? "" : std::string(", precision ") +
+                         shlo::PrecisionName(precision)) + "\n" + b_.Module(results);
   }
 
  private:
@@ -137,6 +140,38 @@ TEST(GoldenStableHlo, Linalg) {
   std::string text = Golden().Tensor("self", {ElemType::F32, {2, 3}}).Tensor("mat2", {ElemType::F32, {3, 4}})
                          .Lower("aten::mm", {{ElemType::F32, {2, 4}}});
   ExpectGolden("linalg", text);
+}
+
+// PyTorch's float32 matmul precision ("high" -> HIGH, "medium" -> DEFAULT) on the f32 products
+// of matmuls, attention, convolutions and ragged dots; f64 stays HIGHEST and bf16 keeps no
+// precision_config and its f32 accumulation, whatever the setting.
+TEST(GoldenStableHlo, Precision) {
+  using shlo::Precision;
+  const TensorType f32_23{ElemType::F32, {2, 3}}, f32_34{ElemType::F32, {3, 4}}, f32_24{ElemType::F32, {2, 4}};
+  std::string text = Golden().Tensor("self", f32_23).Tensor("mat2", f32_34)
+                         .Lower("aten::mm", {f32_24}, ElemType::F32, Precision::High);
+  text += Golden().Tensor("self", f32_23).Tensor("mat2", f32_34)
+              .Lower("aten::mm", {f32_24}, ElemType::F32, Precision::Default);
+  text += Golden().Tensor("self", {ElemType::F64, {2, 3}}).Tensor("mat2", {ElemType::F64, {3, 4}})
+              .Lower("aten::mm", {{ElemType::F64, {2, 4}}}, ElemType::F64, Precision::Default);
+  text += Golden().Tensor("self", {ElemType::BF16, {2, 2, 3}}).Tensor("mat2", {ElemType::BF16, {2, 3, 4}})
+              .Lower("aten::bmm", {{ElemType::BF16, {2, 2, 4}}}, ElemType::BF16, Precision::Default);
+  const TensorType qkv{ElemType::F32, {1, 1, 2, 2}};
+  text += Golden().Tensor("query", qkv).Tensor("key", qkv).Tensor("value", qkv).None("attn_bias")
+              .Double("dropout_p", 0).Bool("is_causal", false).Bool("return_debug_mask", false).None("scale")
+              .None("generator")
+              .Lower("torch_tpu::_sdpa_forward", {qkv, {ElemType::F32, {1, 1, 2}}, {ElemType::S64, {}}, {ElemType::S64, {}}},
+                     ElemType::F32, Precision::High);
+  text += Golden().Tensor("input", {ElemType::F32, {1, 1, 4}}).Tensor("weight", {ElemType::F32, {1, 1, 2}})
+              .None("bias").Ints("stride", {1}).Ints("padding", {0}).Ints("dilation", {1}).Bool("transposed", false)
+              .Ints("output_padding", {0}).Int("groups", 1)
+              .Lower("aten::convolution", {{ElemType::F32, {1, 1, 3}}}, ElemType::F32, Precision::Default);
+  lowering::SetRaggedDot(true);  // the TPU and GPU formulation (the CPU plugin runs tiles)
+  text += Golden().Tensor("self", {ElemType::F32, {4, 2}}).Tensor("mat2", {ElemType::F32, {2, 2, 3}})
+              .Tensor("offs", {ElemType::S32, {2}}).None("bias").None("out_dtype")
+              .Lower("aten::_grouped_mm", {{ElemType::F32, {4, 3}}}, ElemType::F32, Precision::High);
+  lowering::SetRaggedDot(false);
+  ExpectGolden("precision", text);
 }
 
 TEST(GoldenStableHlo, Indexing) {
