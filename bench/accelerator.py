@@ -205,7 +205,7 @@ def run_setup(setup, args):
     if tpu:
         m = torch_tpu.metrics()  # waits for background compiles: the dump is complete after it
         res["metrics"] = {k: m.get(k) for k in ("programs_compiled", "compile_time_s", "slowest_compile_s",
-                                                "fused_graphs_run", "fused_graphs_compiled", "fused_graphs_op_by_op",
+                                                "fused_graphs_run", "fused_graphs_compiled", "fused_graphs_op_by_op", "fused_switches", "fused_compile_waits",
                                                 "executions")}
         res["compile_ms"] = compile_stats(os.environ.get("TORCH_TPU_DUMP_DIR"))
     return res

@@ -1,5 +1,6 @@
 """Eager modes: debug, strict and fused give the same results; fused defers and caches."""
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -333,3 +334,67 @@ def test_backward_over_two_devices_on_the_calling_thread():
     assert second_t.weight.grad.device == torch.device("tpu:1")
     torch.testing.assert_close(first_t.weight.grad.cpu(), first.weight.grad)
     torch.testing.assert_close(second_t.weight.grad.cpu(), second.weight.grad)
+
+
+SWITCH_CHILD = """
+import json, torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.randn(32, 32)
+xt = x.to("tpu")
+torch_tpu.metrics.reset()
+def step(i):  # one structure of ~40 ops; the scale is a run-time parameter
+    y, z = xt * (i + 1), x * (i + 1)
+    for _ in range(10):
+        y, z = (y @ xt).tanh() * 0.5 + y, (z @ x).tanh() * 0.5 + z
+    torch.testing.assert_close(y.cpu(), z, rtol=1e-4, atol=1e-4)
+for i in range(12):
+    step(i)
+m = torch_tpu._C._metrics()  # not torch_tpu.metrics(): that would settle the compiles first
+print(json.dumps([m["fused_switches"], m["fused_compile_waits"], m["fused_graphs_compiled"]]))
+"""
+
+
+def test_fused_hot_structure_switches_within_a_bound(tmp_path):
+    # TORCH_TPU_FUSED_WAIT_AFTER=1: the third flush of a structure runs its whole program, even
+    # though its compile (hundreds of ms at nice 19) is far from done after one step of a few ms:
+    # that flush finishes it. Before, the structure ran op by op until the worker was done.
+    from conftest import run_python
+
+    out = run_python(SWITCH_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_WAIT_AFTER": "1"})
+    assert out.returncode == 0, out.stderr
+    switches, waits, compiled = json.loads(out.stdout.strip().splitlines()[-1])
+    assert switches == {"2": 1} and compiled == 1, (switches, waits, compiled)
+    assert waits in (0, 1)
+
+
+def test_fused_several_compile_threads(tmp_path):
+    # Two workers compile two structures at once; every result is right and both switch.
+    from conftest import run_python
+
+    code = SWITCH_CHILD.replace("for i in range(12):\n    step(i)",
+                                "for i in range(12):\n    step(i)\n    (xt.sin() * i).exp().sum().item()")
+    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_COMPILE_THREADS": "2"})
+    assert out.returncode == 0, out.stderr
+    switches, waits, compiled = json.loads(out.stdout.strip().splitlines()[-1])
+    assert compiled == 2 and sum(switches.values()) == 2, (switches, waits, compiled)
+    assert all(int(k) <= 4 for k in switches), switches  # COMPILE_AFTER 2 + WAIT_AFTER 3 - 1
+
+
+def test_fused_one_op_graph_runs_its_own_program(tmp_path):
+    # A graph of one op is that op's program: it is never compiled whole.
+    from conftest import run_python
+
+    code = """
+import json, torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.randn(64)
+xt = x.to("tpu")
+torch_tpu.metrics.reset()
+for i in range(5):
+    torch.testing.assert_close((xt * (i + 2)).cpu(), x * (i + 2))
+m = torch_tpu.metrics()
+print(json.dumps([m["fused_graphs_run"], m["fused_graphs_compiled"], m["fused_switches"]]))
+"""
+    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [5, 0, {}]

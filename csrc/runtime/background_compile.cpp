@@ -1,5 +1,6 @@
 #include "background_compile.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -14,38 +15,72 @@
 #include "runtime.h"
 
 namespace tpu::runtime {
-namespace {
 
-struct Job {
-  std::string module, name;
+struct CompileJob {
+  enum State { kQueued, kRunning, kDone };
+  std::string module, name, detail;
   std::function<void(pjrt::ExecutablePtr)> done;
-  std::string detail;
+  State state = kQueued;  // guarded by the worker's mutex
+  const void* worker = nullptr;  // the worker it was queued to (a forked child has another)
 };
+
+namespace {
 
 struct Worker {
   std::mutex mu;
   std::condition_variable cv;       // a job arrived
   std::condition_variable idle_cv;  // the queue emptied and no job runs
-  std::deque<Job> jobs;
-  bool busy = false;
-  bool started = false;
+  std::condition_variable done_cv;  // a job finished
+  std::deque<CompileTicket> jobs;
+  int running = 0;
+  int threads = 0;
 };
 
-// Never destroyed: the detached thread may still wait on it during static destruction.
+// Never destroyed: the detached threads may still wait on it during static destruction.
 Worker* g_worker = new Worker();
 
 Worker& GetWorker() { return *g_worker; }
 
-// A forked child has no worker thread, and the parent's mutex may have been held at the fork:
+// A forked child has no worker threads, and the parent's mutex may have been held at the fork:
 // the child starts from an empty worker (else waiting at its exit would never end).
 void ForgetWorkerInChild() { g_worker = new Worker(); }
 
-// The worker compiles at the lowest CPU priority (Linux nice 19, this thread only; threads XLA
+// How many compiles run at once (TORCH_TPU_FUSED_COMPILE_THREADS): a quarter of the cores, 1 to
+// 4. A training step queues its graphs (forward, backward, optimizer) together; one worker
+// compiles them one after the other, which on an accelerator (seconds per whole-graph compile)
+// kept fused mode op by op for the whole of a benchmark. On a 2-core machine this stays 1.
+int CompileThreads() {
+  static const int n = static_cast<int>(EnvInt("TORCH_TPU_FUSED_COMPILE_THREADS", 1, 64).value_or(
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4)));
+  return n;
+}
+
+// The workers compile at the lowest CPU priority (Linux nice 19, these threads only; threads XLA
 // starts for a compile inherit it). The per-op programs serve every call meanwhile, so a
 // compile is never urgent, and on a machine with few busy cores a worker at normal priority
 // took CPU from the very calls it was to speed up: generate() calls 2-5 grew from 0.78 to
-// 1.35 s while 67 whole graphs compiled on 2 shared cores. Idle cores still run it at full speed.
+// 1.35 s while 67 whole graphs compiled on 2 shared cores. Idle cores still run it at full
+// speed; on a fully loaded machine it may barely run, which FinishNow bounds.
 void LowerPriority() { (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19); }
+
+// Compiles `job` on this thread; the caller has marked it running (and counted it).
+void Run(Worker& w, const CompileTicket& job) {
+  pjrt::ExecutablePtr exe;
+  try {
+    exe = Runtime::Get().Compile(job->module, job->name, /*notice=*/false, job->detail);
+  } catch (const std::exception&) {
+    // The graph's ops keep running through their own programs; a bad op raises there.
+  }
+  job->done(std::move(exe));
+  job->done = nullptr;  // it may hold what holds the ticket
+  std::lock_guard<std::mutex> lock(w.mu);
+  job->state = CompileJob::kDone;
+  job->module.clear();
+  job->module.shrink_to_fit();
+  w.running--;
+  w.done_cv.notify_all();
+  if (w.jobs.empty() && w.running == 0) w.idle_cv.notify_all();
+}
 
 void Loop() {
   LowerPriority();
@@ -53,20 +88,13 @@ void Loop() {
   std::unique_lock<std::mutex> lock(w.mu);
   for (;;) {
     w.cv.wait(lock, [&] { return !w.jobs.empty(); });
-    Job job = std::move(w.jobs.front());
+    CompileTicket job = std::move(w.jobs.front());
     w.jobs.pop_front();
-    w.busy = true;
+    job->state = CompileJob::kRunning;
+    w.running++;
     lock.unlock();
-    pjrt::ExecutablePtr exe;
-    try {
-      exe = Runtime::Get().Compile(job.module, job.name, /*notice=*/false, job.detail);
-    } catch (const std::exception&) {
-      // The graph's ops keep running through their own programs; a bad op raises there.
-    }
-    job.done(std::move(exe));
+    Run(w, job);
     lock.lock();
-    w.busy = false;
-    if (w.jobs.empty()) w.idle_cv.notify_all();
   }
 }
 
@@ -77,24 +105,52 @@ bool BackgroundCompileEnabled() {
   return enabled;
 }
 
-void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
-                         std::string detail) {
+CompileTicket CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
+                                  std::string detail) {
   Worker& w = GetWorker();
+  auto job = std::make_shared<CompileJob>();
+  job->module = std::move(module);
+  job->name = std::move(name);
+  job->detail = std::move(detail);
+  job->done = std::move(done);
+  job->worker = &w;
   std::lock_guard<std::mutex> lock(w.mu);
-  if (!w.started) {
-    std::thread(Loop).detach();
+  if (w.threads == 0) {
     std::atexit(AwaitBackgroundCompiles);  // also covers exits that skip Python's atexit
     pthread_atfork(nullptr, nullptr, ForgetWorkerInChild);
-    w.started = true;
   }
-  w.jobs.push_back({std::move(module), std::move(name), std::move(done), std::move(detail)});
+  // One more thread while every one is busy, up to the limit.
+  if (w.threads < CompileThreads() && w.running + static_cast<int>(w.jobs.size()) >= w.threads) {
+    std::thread(Loop).detach();
+    w.threads++;
+  }
+  w.jobs.push_back(job);
   w.cv.notify_one();
+  return job;
+}
+
+void FinishNow(const CompileTicket& ticket) {
+  Worker& w = GetWorker();
+  std::unique_lock<std::mutex> lock(w.mu);
+  // Not started, or queued in the parent of this forked child (whose workers are gone): here.
+  bool orphan = ticket->worker != &w && ticket->state != CompileJob::kDone;
+  if (ticket->state == CompileJob::kQueued || orphan) {
+    auto it = std::find(w.jobs.begin(), w.jobs.end(), ticket);
+    if (it != w.jobs.end()) w.jobs.erase(it);
+    ticket->state = CompileJob::kRunning;
+    ticket->worker = &w;
+    w.running++;
+    lock.unlock();
+    Run(w, ticket);
+    return;
+  }
+  w.done_cv.wait(lock, [&] { return ticket->state == CompileJob::kDone; });
 }
 
 void AwaitBackgroundCompiles() {
   Worker& w = GetWorker();
   std::unique_lock<std::mutex> lock(w.mu);
-  w.idle_cv.wait(lock, [&] { return w.jobs.empty() && !w.busy; });
+  w.idle_cv.wait(lock, [&] { return w.jobs.empty() && w.running == 0; });
 }
 
 }  // namespace tpu::runtime

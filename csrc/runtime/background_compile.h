@@ -3,26 +3,37 @@
 // every graph shares; a later flush of the same structure runs the whole program once it is
 // ready. So the call that decides to compile does not stall on XLA (a second generate() call
 // used to be slower than the first), and no call is slower than the one before it.
-// Torch-free.
+// Several workers compile at once (a training step queues a few graphs together, and an
+// accelerator's compiles take seconds each); a structure that keeps repeating while its compile
+// waits can have it finished at once (FinishNow). Torch-free.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "../pjrt/pjrt.h"
 
 namespace tpu::runtime {
 
+struct CompileJob;
+using CompileTicket = std::shared_ptr<CompileJob>;
+
 // True unless TORCH_TPU_FUSED_BACKGROUND_COMPILE=0 (then a fused graph compiles in the flush
 // that decides to compile it, as before).
 bool BackgroundCompileEnabled();
 
-// Queues `module` to compile on the worker thread (through Runtime::Compile, so the memory and
+// Queues `module` to compile on a worker thread (through Runtime::Compile, so the memory and
 // disk caches and the metrics see it); `done` runs there with the executable, or null when the
 // compile failed (the graph's ops then keep running one by one, where a failing op raises).
 // `detail` is for the dump only (Runtime::Compile).
-void CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
-                         std::string detail = "");
+CompileTicket CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
+                                  std::string detail = "");
+
+// Returns once the ticket's compile is done (its `done` has run): a job no worker has started is
+// taken from the queue and compiled on the calling thread, at its priority; one a worker runs is
+// waited for.
+void FinishNow(const CompileTicket& ticket);
 
 // Waits until every queued compile has finished: at exit (a compile still running when the
 // PJRT client's threads are torn down would abort the process; finishing also fills the disk

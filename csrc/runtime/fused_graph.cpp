@@ -20,6 +20,13 @@ struct FusedProgram {
   enum State { kCompiling, kReady, kFailed };
   std::atomic<int> state{kReady};
   pjrt::ExecutablePtr exe;  // set before state becomes kReady
+  CompileTicket ticket;     // while compiling in the background
+  // Flushes of this structure that ran op by op (before and while it compiled); reported in
+  // torch_tpu.metrics() when its whole program first runs. Flushes are serialised (the
+  // executor's graph lock), so plain fields.
+  int64_t op_by_op_runs = 0;
+  int64_t waits_while_compiling = 0;
+  bool switched = false;
 };
 
 namespace {
@@ -28,6 +35,18 @@ namespace {
 // (TORCH_TPU_FUSED_COMPILE_AFTER; 1 compiles every graph at once).
 int64_t FusedCompileAfter() {
   static int64_t after = EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX).value_or(2);
+  return after;
+}
+
+// How many flushes of a structure may run op by op while its whole program compiles in the
+// background before a flush finishes the compile itself (TORCH_TPU_FUSED_WAIT_AFTER; 0: never).
+// A structure that keeps repeating is a loop's step, and its whole program is what makes fused
+// mode pay off; the worker runs at nice 19, and on a fully loaded machine it barely ran: in
+// bench/accelerator.py --small (load 11 on 2 cores) none of 90 flushes ever ran a whole program.
+// Waiting bounds the op-by-op flushes of a hot structure to COMPILE_AFTER + WAIT_AFTER. A job no
+// worker has started compiles in the flush, at the caller's priority.
+int64_t FusedWaitAfter() {
+  static int64_t after = EnvInt("TORCH_TPU_FUSED_WAIT_AFTER", 0, INT64_MAX).value_or(3);
   return after;
 }
 
@@ -98,8 +117,15 @@ void FusedGraph::Flush(const char* cause) {
 
   metrics.fused_graphs_run++;
   metrics.fused_ops += static_cast<int64_t>(calls_.size());
+  // A graph of one op is that op's program: a whole-graph compile would only duplicate it.
+  if (calls_.size() == 1) {
+    metrics.fused_graphs_op_by_op++;
+    RunOneByOne(outputs, targets);
+    return;
+  }
   std::shared_ptr<FusedProgram> fused;
   bool hot = true;
+  int64_t seen = 0;
   {
     std::lock_guard<std::mutex> lock(g_fused_mu);
     auto it = g_fused.find(key_);
@@ -111,11 +137,19 @@ void FusedGraph::Flush(const char* cause) {
       // run op by op through the per-op programs, which every graph shares: compiling each
       // of those whole would cost far more than it saves.
       if (g_seen.size() > 100000) g_seen.clear();
-      hot = ++g_seen[KeyHash()(key_)] >= FusedCompileAfter();
+      seen = ++g_seen[KeyHash()(key_)];
+      hot = seen >= FusedCompileAfter();
     }
+  }
+  if (fused && fused->state.load(std::memory_order_acquire) == FusedProgram::kCompiling && fused->ticket &&
+      FusedWaitAfter() > 0 && ++fused->waits_while_compiling >= FusedWaitAfter()) {
+    metrics.fused_compile_waits++;
+    FinishNow(fused->ticket);  // sets the state
+    fused->ticket.reset();
   }
   if (fused && fused->state.load(std::memory_order_acquire) != FusedProgram::kReady) {
     metrics.fused_graphs_op_by_op++;  // still compiling in the background, or it failed to
+    fused->op_by_op_runs++;
     RunOneByOne(outputs, targets);
     return;
   }
@@ -140,7 +174,9 @@ void FusedGraph::Flush(const char* cause) {
       RunOneByOne(outputs, targets);
       return;
     }
+    fused->op_by_op_runs = seen - 1;  // the flushes of this structure before this one
     if (later) {
+      fused->op_by_op_runs++;  // this one too
       CompileLater(std::move(module), what, std::move(detail), fused);
       metrics.fused_graphs_compiled++;  // counted when decided, as a compile in the flush was
       metrics.fused_graphs_op_by_op++;
@@ -155,6 +191,10 @@ void FusedGraph::Flush(const char* cause) {
     std::lock_guard<std::mutex> lock(g_fused_mu);
     g_fused[key_] = fused;
     if (hot) metrics.fused_graphs_compiled++;
+  }
+  if (!fused->switched) {
+    fused->switched = true;
+    metrics.CountFusedSwitch(fused->op_by_op_runs);
   }
   Runtime& rt = Runtime::Get();
   rt.AwaitRoom(device_);
@@ -200,7 +240,7 @@ void FusedGraph::CompileLater(std::string module, const std::string& what, std::
     std::lock_guard<std::mutex> lock(g_fused_mu);
     g_fused[key_] = fused;
   }
-  CompileInBackground(
+  fused->ticket = CompileInBackground(
       std::move(module), what,
       [fused](pjrt::ExecutablePtr exe) {
         bool ok = static_cast<bool>(exe);

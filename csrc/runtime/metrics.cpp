@@ -27,6 +27,16 @@ void Metrics::CountRecompile(const std::string& reason) {
   else if (recompile_reasons.size() < 200) recompile_reasons[reason] = 1;
 }
 
+void Metrics::CountFusedSwitch(int64_t op_by_op) {
+  std::lock_guard<std::mutex> lock(mu);
+  fused_switch_after[op_by_op]++;
+}
+
+std::map<int64_t, int64_t> Metrics::fused_switches() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return fused_switch_after;
+}
+
 std::map<std::string, int64_t> Metrics::recompiles() const {
   std::lock_guard<std::mutex> lock(mu);
   return recompile_reasons;
@@ -44,7 +54,7 @@ std::map<std::string, int64_t> Metrics::syncs() const {
 
 void Metrics::Reset() {
   for (auto* c : {&ops_dispatched, &signature_hits, &signature_misses, &programs_compiled,
-                  &compile_cache_hits, &disk_cache_hits, &disk_cache_misses, &compile_time_us, &disk_load_time_us, &slowest_compile_us, &executions, &ops_recorded, &fused_graphs_run, &fused_graphs_compiled, &fused_graphs_op_by_op, &fused_ops,
+                  &compile_cache_hits, &disk_cache_hits, &disk_cache_misses, &compile_time_us, &disk_load_time_us, &slowest_compile_us, &executions, &ops_recorded, &fused_graphs_run, &fused_graphs_compiled, &fused_graphs_op_by_op, &fused_ops, &fused_compile_waits,
                   &host_to_device_bytes, &device_to_host_bytes, &host_syncs, &fallback_total}) {
     c->store(0);
   }
@@ -53,6 +63,7 @@ void Metrics::Reset() {
   fallback_by_op.clear();
   sync_by_cause.clear();
   recompile_reasons.clear();
+  fused_switch_after.clear();
   recompilations = 0;
   slowest_compile_op.clear();
 }

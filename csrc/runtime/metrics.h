@@ -27,6 +27,7 @@ struct Metrics {
   std::atomic<int64_t> fused_graphs_compiled{0};
   std::atomic<int64_t> fused_graphs_op_by_op{0};  // first sightings run through per-op programs
   std::atomic<int64_t> fused_ops{0};              // ops run inside fused graphs
+  std::atomic<int64_t> fused_compile_waits{0};    // flushes that finished their structure's compile
   std::atomic<int64_t> host_to_device_bytes{0};
   std::atomic<int64_t> device_to_host_bytes{0};
   std::atomic<int64_t> host_syncs{0};
@@ -35,6 +36,10 @@ struct Metrics {
   void CountFallback(const std::string& op);
   void CountSync(const std::string& cause);
   void CountRecompile(const std::string& reason);
+  // A fused graph structure ran its whole program for the first time, after `op_by_op` flushes
+  // of it had run op by op (0: compiled, or found in the disk cache, at first sight).
+  void CountFusedSwitch(int64_t op_by_op);
+  std::map<int64_t, int64_t> fused_switches() const;
   std::map<std::string, int64_t> recompiles() const;
   std::map<std::string, int64_t> fallbacks() const;
   std::map<std::string, int64_t> syncs() const;
@@ -45,6 +50,7 @@ struct Metrics {
   std::map<std::string, int64_t> fallback_by_op;
   std::map<std::string, int64_t> sync_by_cause;
   std::map<std::string, int64_t> recompile_reasons;  // bounded: the first 200 distinct reasons
+  std::map<int64_t, int64_t> fused_switch_after;     // op-by-op flushes before the switch -> structures
   std::atomic<int64_t> recompilations{0};
 };
 
