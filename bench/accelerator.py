@@ -12,7 +12,7 @@ graph, compiled graph): count, median, 90th percentile, max.
 
     python bench/accelerator.py [--small] [--out FILE] [--json FILE] [--setups a,b] [--rounds 3]
                                 [--iters 10] [--layers 4 --hidden 1024 --vocab 32000 --batch 8 --seq 512]
-                                [--matmul 8192] [--precision high] [--xla-flags "--xla_gpu_..."]
+                                [--matmul 8192] [--precision high] [--xla-flags=--xla_gpu_...]
 
 Defaults are the issue's model (Llama of 4 layers, hidden 1024, vocabulary 32000, batch 8 x 512,
 float32 weights, eager attention, float32 matmul precision "high"). --small is a model small enough
@@ -307,7 +307,7 @@ def main():
     p.add_argument("--matmul", type=int, default=8192, help="side of the square bf16 matmul")
     p.add_argument("--precision", default="high", choices=("highest", "high", "medium"),
                    help="torch.set_float32_matmul_precision (JAX: jax_default_matmul_precision)")
-    p.add_argument("--xla-flags", help="XLA_FLAGS for the tpu and JAX processes (e.g. --xla_gpu_autotune_level=0)")
+    p.add_argument("--xla-flags", help="XLA_FLAGS for the tpu and JAX processes, as --xla-flags=--xla_gpu_autotune_level=0")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per setup process")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-out", help=argparse.SUPPRESS)
