@@ -202,6 +202,20 @@ def test_static_arguments_are_identity(rms_norm):
         assert torch_tpu.metrics()["signature_cache_misses"] == 0
 
 
+def test_static_arguments_of_every_kind():
+    def fill_nan(x, fill=0.0, shape=(1,), flag=False):
+        y = jnp.where(jnp.isnan(x), fill, x).reshape(shape)
+        return -y if flag else y
+
+    k = kernels.from_jax(fill_nan, name="test_fill_nan", static_argnames=("fill", "shape", "flag"))
+    x = torch.tensor([1.0, float("nan"), 3.0, float("nan")])
+    want = torch.nan_to_num(x, nan=float("inf")).reshape(2, 2)
+    torch.testing.assert_close(k(x.to("tpu"), fill=float("inf"), shape=(2, 2)).cpu(), want)
+    torch.testing.assert_close(k(x.to("tpu"), fill=float("inf"), shape=[2, 2], flag=True).cpu(), -want)
+    with pytest.raises(TypeError, match=r"static argument 'fill' is Tensor"):
+        k(x.to("tpu"), fill=torch.tensor(1.0), shape=(4,))
+
+
 # ---- torch.compile ----
 def test_compiled_one_program_no_graph_break(rms_norm, softmax):
     torch._dynamo.reset()

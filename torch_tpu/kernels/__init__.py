@@ -115,11 +115,24 @@ def _statics_key(statics):
             return tuple(norm(x, where) for x in v)
         raise TypeError(f"static argument '{where}' is {type(v).__name__}: static arguments are ints, floats, "
                         "bools, strings, None and tuples of them")
-    return repr(tuple(sorted((k, norm(v, k)) for k, v in statics.items()))) if statics else ""
+    if not statics:
+        return ""
+    items = tuple(sorted((k, norm(v, k)) for k, v in statics.items()))
+    key = repr(items)
+    _statics_by_key.setdefault(key, dict(items))
+    return key
+
+
+# Keys made here, read back as values (repr of nan or inf is no literal); other keys (an op
+# called directly with its `statics` string) are parsed.
+_statics_by_key = {}
 
 
 def _statics_of(key):
-    return dict(ast.literal_eval(key)) if key else {}
+    if not key:
+        return {}
+    found = _statics_by_key.get(key)
+    return dict(found) if found is not None else dict(ast.literal_eval(key))
 
 
 class _TextSource:
