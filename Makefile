@@ -131,14 +131,16 @@ device-check:
 # PyTorch (pip's torch==2.11.0 is the +cu130 build the GPU image has), and Transformers, which the
 # image has at another version. A venv of its own under build/; the build folder is per wheel tag.
 DEVICE_TORCH ?= 2.11.0
-DEVICE_PY ?= python3.12
+# Python 3.12, the GPU image's: a pyenv install if there is one (its shim may refuse), else python3.12.
+DEVICE_PY ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 DEVICE_VENV := build/venv-device-$(DEVICE_TORCH)
 device-wheel:
 	test -x $(DEVICE_VENV)/bin/python || $(DEVICE_PY) -m venv $(DEVICE_VENV)
-	$(DEVICE_VENV)/bin/python -m pip install -q torch==$(DEVICE_TORCH) $(XLA_CPU_PJRT) numpy scikit-build-core ninja cmake
+	$(DEVICE_VENV)/bin/python -m pip install -q torch==$(DEVICE_TORCH) $(XLA_CPU_PJRT) scikit-build-core ninja cmake
 	mkdir -p .whl
 	rm -f .whl/torch_tpu-*.whl
-	flock $(BUILD_LOCK) $(DEVICE_VENV)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w .whl .
+	flock $(BUILD_LOCK) env SKBUILD_BUILD_DIR=build/device-torch$(DEVICE_TORCH)-$(notdir $(DEVICE_PY)) \
+		$(DEVICE_VENV)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w .whl .
 	$(DEVICE_VENV)/bin/python -m pip download -q --no-deps -d .whl transformers==5.24.0
 	ls -l .whl
 

@@ -42,7 +42,7 @@ def test_the_plan_names_what_exists():
 
 
 def test_refuses_the_cpu_plugin_without_allow_cpu(tmp_path):
-    r = _script("--no-bench", "--report", str(tmp_path / "r.md"))
+    r = _script("--no-bench", "--wheels=", "--report", str(tmp_path / "r.md"))  # not a local .whl/
     assert r.returncode == 2, r.stdout + r.stderr
     assert "XLA CPU plugin" in r.stderr and "--allow-cpu" in r.stderr
     assert not (tmp_path / "r.md").exists()

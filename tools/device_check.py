@@ -55,8 +55,21 @@ def _env(site):
     return env
 
 
-def _run(cmd, env, timeout, cwd=ROOT):
+_NEUTRAL = []
+
+
+def _neutral_dir():
+    """Where every child process runs: never the checkout, whose torch_tpu/ (no compiled extension
+    there on a device machine) would shadow the installed one, as `python -c` and `-m` put the
+    working directory first on sys.path."""
+    if not _NEUTRAL:
+        _NEUTRAL.append(tempfile.mkdtemp(prefix="device_check_cwd_"))
+    return _NEUTRAL[0]
+
+
+def _run(cmd, env, timeout, cwd=None):
     """(exit status, output); 124 and what was printed when it ran past `timeout` seconds."""
+    cwd = cwd or _neutral_dir()
     try:
         r = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
         return r.returncode, r.stdout + r.stderr
@@ -118,7 +131,7 @@ def platform_of(env):
 def run_file(path, expr, env, timeout, workdir):
     """Runs one test file in its own pytest process; returns its counts, failures and time."""
     xml = os.path.join(workdir, os.path.basename(path) + ".xml")
-    cmd = [sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider", "--tb=short", f"--junitxml={xml}"]
+    cmd = [sys.executable, "-m", "pytest", os.path.join(ROOT, path), "-q", "-p", "no:cacheprovider", "--tb=short", f"--junitxml={xml}"]
     if expr:
         cmd += ["-k", expr]
     start = time.monotonic()
