@@ -128,6 +128,7 @@ def test_newer_fp32_precision_api_is_followed(generic, expected, shape, precisio
     _mm_recompile_reason(shape)
     reasons = torch_tpu.metrics()["recompile_reasons"]
     assert f"aten::mm: float32 matmul precision changed from highest to {expected}" in reasons, reasons
+    assert torch_tpu._C._matmul_precision() == expected  # what `python -m torch_tpu info` shows
 
 
 # ---- Emitted programs, read back from TORCH_TPU_DUMP_DIR in a child process ----

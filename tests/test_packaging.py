@@ -212,6 +212,7 @@ def test_info_prints_what_a_bug_report_needs(filled_cache):
     assert re.fullmatch(r"cpu \(platform version .+\)", fields["platform"]) and fields["devices"] == "2"
     assert re.search(r"^  tpu:1:\s+\S.*, [\d.]+ GiB memory, [\d.]+ GiB free$", out.stdout, re.M), out.stdout
     assert fields["eager mode"] == "strict"
+    assert fields["matmul precision"].startswith("highest (")
     size = sum(os.path.getsize(p) for p in entries)
     assert fields["cache"] == f"{cache_dir} ({len(entries)} programs, {torch_tpu.__main__._size(size)})"
     folder = os.path.basename(os.path.dirname(entries[0]))

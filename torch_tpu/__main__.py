@@ -47,6 +47,7 @@ def _info_lines():
             free, total = torch.tpu.mem_get_info(i)
             yield f"  tpu:{i}", f"{torch_tpu._C._device_kind(i)}, {_size(total)} memory, {_size(free)} free"
     yield "eager mode", torch_tpu.get_eager_mode()
+    yield "matmul precision", torch_tpu._C._matmul_precision() + " (float32 products, README: Float32 matmul precision)"
     root = cache.root()
     if root:
         entries, size = cache.usage(root)

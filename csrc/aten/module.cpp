@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "dispatch.h"
+#include "precision.h"
 #include "../lowering/lowering.h"
 #include "../runtime/background_compile.h"
 #include "../runtime/disk_cache.h"
@@ -96,6 +97,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return aten::DeviceCount(); });
   m.def("_platform", [] { return runtime::Runtime::Get().platform(); });
   m.def("_platform_version", [] { return runtime::Runtime::Get().client().platform_version(); });
+  // The float32 matmul precision programs built now take (precision.h), as PyTorch names it.
+  m.def("_matmul_precision", [] { return std::string(tpu::aten::MatmulPrecisionSetting(tpu::aten::MatmulPrecision())); });
   m.def("_plugin_path", [] { return runtime::Runtime::Get().config().plugin_path; });
   m.def("_pjrt_api_version", [] {
     auto& p = *runtime::Runtime::Get().client().plugin();
