@@ -31,10 +31,13 @@ def precision_setting():
     """Restores PyTorch's precision settings (both APIs) after the test."""
     backends = [torch.backends, torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
     old, raw = torch.get_float32_matmul_precision(), [b.fp32_precision for b in backends]
-    yield
-    torch.set_float32_matmul_precision(old)
-    for b, value in zip(backends, raw):
-        b.fp32_precision = value
+    # Importing torch.testing._internal (test_opinfo does, at collection) freezes torch.backends
+    # flags for the rest of the session; these tests set them on purpose, so they may.
+    with getattr(torch.backends, "__allow_nonbracketed_mutation")():
+        yield
+        torch.set_float32_matmul_precision(old)
+        for b, value in zip(backends, raw):
+            b.fp32_precision = value
 
 
 # The workload: every product family the setting governs, forward and backward, in float32.
