@@ -359,3 +359,19 @@ def test_printing_formats_a_host_copy():
     assert after["cpu_fallbacks"] == before["cpu_fallbacks"]
     assert after["device_to_host_bytes"] - before["device_to_host_bytes"] == t.numel() * 4
     assert _strip_device(r) == repr(t.cpu())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device beside tpu")
+def test_copies_between_cuda_and_tpu():
+    """A CUDA tensor .to("tpu") went through the host-to-device path with its CUDA data pointer
+    read as host memory: a segfault (Transformers' Trainer does this when Accelerate puts batches
+    on cuda and TrainingArguments picks tpu). Both directions now go through the host."""
+    labels = torch.randint(-100, 50, (2, 8), device="cuda")
+    count = labels[..., 1:].ne(-100).sum()  # Trainer._get_num_items_in_batch
+    on_tpu = count.to("tpu")
+    assert on_tpu.device.type == "tpu" and on_tpu.cpu() == count.cpu()
+    x = torch.randn(3, 5, device="cuda")
+    assert_same(x.t().to("tpu", torch.float64), x.t().cpu().double())
+    t = torch.empty(3, 5, device="tpu")
+    t.copy_(x)
+    assert torch.equal(t.to("cuda").cpu(), x.cpu())

@@ -200,6 +200,22 @@ def test_rng_state_round_trip():
     assert torch.equal(torch.randperm(50, device=TPU).cpu(), b)
 
 
+def test_rng_state_on_a_device_is_refused_like_the_cpu():
+    """A generator reads its state's bytes on the host: a state tensor on tpu raised nothing and
+    read the device storage's address as host memory (a segfault); now the CPU's TypeError."""
+    state = torch.tpu.get_rng_state()
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor") as cpu_error:
+        torch.Generator().set_state(state.to(TPU))
+    for set_state in (torch.tpu.set_rng_state, torch.Generator(TPU).set_state):
+        with pytest.raises(TypeError) as tpu_error:
+            set_state(state.to(TPU))
+        assert str(tpu_error.value) == str(cpu_error.value)
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        torch.tpu.set_rng_state(state.float())
+    torch.tpu.set_rng_state(state)  # the host state still works
+    assert torch.equal(torch.tpu.get_rng_state(), state)
+
+
 def test_fork_rng_restores_the_device_stream():
     torch.manual_seed(5)
     with torch.random.fork_rng(devices=[0], device_type=TPU):

@@ -231,8 +231,10 @@ class TpuGenerator final : public c10::GeneratorImpl {
     return s;
   }
   void set_state(const c10::TensorImpl& state) override {
-    TORCH_CHECK(state.numel() == 16 && state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
-                "tpu generator state must be a uint8 tensor of 16 bytes");
+    // The CPU and CUDA generators' checks and messages: the bytes are read on the host, so a
+    // state on tpu (or any device) is refused, not dereferenced (that was a segfault).
+    at::detail::check_rng_state(state);
+    TORCH_CHECK(state.numel() == 16, "tpu generator state must be a uint8 tensor of 16 bytes");
     const auto* bytes = static_cast<const uint8_t*>(state.data());
     std::memcpy(&seed_, bytes, 8);
     std::memcpy(&offset_, bytes + 8, 8);

@@ -407,9 +407,12 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
   if (self.device() == dst.device()) at::assert_no_partial_overlap(dst, self);
   at::Tensor out = Physical(dst);
   if (self.device().type() != kTpu) {
-    // Host to device: cast and broadcast on the host, upload, then write the view.
+    // Host to device: cast and broadcast on the host, upload, then write the view. A source on
+    // another device (a CUDA tensor .to("tpu")) comes to the host first: its data pointer is
+    // that device's memory, which the upload would read as host memory (a segfault).
     TORCH_CHECK_TYPE(IsSupportedDtype(dst.scalar_type()), "tpu: unsupported dtype ", DtypeName(dst.scalar_type()));
-    at::Tensor host = ApplyBits(self.resolve_conj().resolve_neg().to(dst.scalar_type()), dst);
+    at::Tensor on_host = self.device().is_cpu() ? self : self.cpu();
+    at::Tensor host = ApplyBits(on_host.resolve_conj().resolve_neg().to(dst.scalar_type()), dst);
     host = host.expand(dst.sizes()).contiguous();
     auto g = GeometryOf(out);
     TpuStorage* s = StorageOf(out);
