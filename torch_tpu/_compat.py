@@ -59,8 +59,8 @@ def missing_meta_kernels(running=None):
     """ATen ops (names) whose Meta kernel the running release lacks and tpu needs: the generic
     kernel infers every result's type with Meta. torch_tpu/_meta.py adds them."""
     missing = []
-    if release(running or torch.__version__) < (2, 13):
-        # 2.11: no Meta kernel for SDPA's overrideable backward (2.13 has one), so every
-        # backward through F.scaled_dot_product_attention on tpu raised "not implemented".
+    if release(running or torch.__version__) < (2, 12):
+        # 2.11: no Meta kernel for SDPA's overrideable backward (2.12 and 2.13 have one), so
+        # every backward through F.scaled_dot_product_attention on tpu raised "not implemented".
         missing.append("_scaled_dot_product_fused_attention_overrideable_backward")
     return missing

@@ -67,7 +67,7 @@ def _multilabel_margin_loss_forward_meta(input, target, reduction):
 def _sdpa_overrideable_backward_meta(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
                                      cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
                                      philox_offset, *, scale=None):
-    """Gradients shaped like the inputs, as 2.13's Meta kernel gives them."""
+    """Gradients shaped like the inputs, as 2.12's and 2.13's Meta kernel gives them."""
     return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
             torch.empty_like(attn_bias) if attn_bias is not None else None)
 
