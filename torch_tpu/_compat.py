@@ -64,3 +64,41 @@ def missing_meta_kernels(running=None):
         # every backward through F.scaled_dot_product_attention on tpu raised "not implemented".
         missing.append("_scaled_dot_product_fused_attention_overrideable_backward")
     return missing
+
+
+def fold_host_constants_moved_to_tpu(gm):
+    """2.11: Dynamo records a tensor constant that Python builds on the host and indexing moves to
+    the device (x[:, [0, 2]] on a tpu x) as get_attr (a CPU tensor) -> lift_fresh_copy ->
+    _to_copy(device=tpu), nodes a tpu program cannot hold, so the graph ran in pieces; 2.12 and 2.13
+    record the constant on the device. Replaces each such chain by a get_attr of the constant
+    moved once, here, to tpu (as later releases have it). Returns whether the graph changed."""
+    if release(torch.__version__) >= (2, 12):
+        return False
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    aten = torch.ops.aten
+    changed = False
+    for node in list(gm.graph.find_nodes(op="call_function", target=aten._to_copy.default)):
+        src = node.args[0]
+        if getattr(src, "target", None) is aten.lift_fresh_copy.default:
+            src = src.args[0]
+        if getattr(src, "op", None) != "get_attr":
+            continue
+        const = getattr(gm, src.target, None)
+        val = node.meta.get("val")
+        if not (isinstance(const, torch.Tensor) and const.device.type == "cpu" and isinstance(val, torch.Tensor)
+                and val.device.type == "tpu" and val.layout == torch.strided):
+            continue
+        name = f"_torch_tpu_constant_{node.name}"
+        with unset_fake_temporarily():  # the compiler runs under the tracing FakeTensorMode
+            gm.register_buffer(name, const.to(device=val.device, dtype=val.dtype))
+        with gm.graph.inserting_before(node):
+            moved = gm.graph.get_attr(name)
+        moved.meta["val"] = val
+        node.replace_all_uses_with(moved)
+        gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return changed

@@ -8,7 +8,7 @@ import warnings
 import torch
 import torch.fx
 
-from .. import _C
+from .. import _C, _compat
 from .. import _compile_stats as _stats
 from .describe import _HARD, _SOFT, _Describer, _Unsupported, _consumers, _op_name
 
@@ -177,6 +177,7 @@ def _boxed(fn):
 def compile_fx(gm, example_inputs=None, kind="graph"):
     """Lowers one AOTAutograd graph of ATen ops; returns a boxed callable."""
     name = _fresh_name(kind)
+    _compat.fold_host_constants_moved_to_tpu(gm)
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return _boxed(gm)
     program, bad = _lower_whole(gm, name)
