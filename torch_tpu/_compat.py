@@ -9,6 +9,12 @@ PyTorch first. Patch releases of one major.minor keep the ABI, which is also wha
 
 Then the differences between the releases torch_tpu builds against (2.11 to 2.13), each named
 with the release that needs it; csrc/aten/torch_compat.h holds the C++ ones.
+
+Known 2.11 gaps, not handled yet (tests that fail on 2.11 only): bmm of two dtypes returns a
+promoted result on tpu where the CPU raises (2.11's bmm Meta kernel does not check dtypes;
+test_cpu_parity_errors::test_matmul_of_two_dtypes_raises[bmm]); compiled FlexAttention's backward
+holds aten::as_strided_scatter, which has no lowering and runs eagerly
+(test_flex_attention::test_compiled_forward_and_gradients).
 """
 import re
 
