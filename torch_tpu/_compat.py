@@ -10,9 +10,7 @@ PyTorch first. Patch releases of one major.minor keep the ABI, which is also wha
 Then the differences between the releases torch_tpu builds against (2.11 to 2.13), each named
 with the release that needs it; csrc/aten/torch_compat.h holds the C++ ones.
 
-Known 2.11 gaps, not handled yet (tests that fail on 2.11 only): bmm of two dtypes returns a
-promoted result on tpu where the CPU raises (2.11's bmm Meta kernel does not check dtypes;
-test_cpu_parity_errors::test_matmul_of_two_dtypes_raises[bmm]); compiled FlexAttention's backward
+Known 2.11 gap, not handled yet (a test that fails on 2.11 only): compiled FlexAttention's backward
 holds aten::as_strided_scatter, which has no lowering and runs eagerly
 (test_flex_attention::test_compiled_forward_and_gradients).
 """
@@ -62,13 +60,17 @@ def override_meta_kernel(lib, name, fn):
 
 
 def missing_meta_kernels(running=None):
-    """ATen ops (names) whose Meta kernel the running release lacks and tpu needs: the generic
-    kernel infers every result's type with Meta. torch_tpu/_meta.py adds them."""
+    """ATen ops (names) whose Meta kernel the running release lacks, or has without a check the
+    CPU kernel makes, and tpu needs: the generic kernel infers every result's type, and raises
+    the op's errors, with Meta. torch_tpu/_meta.py adds them."""
     missing = []
     if release(running or torch.__version__) < (2, 12):
         # 2.11: no Meta kernel for SDPA's overrideable backward (2.12 and 2.13 have one), so
         # every backward through F.scaled_dot_product_attention on tpu raised "not implemented".
         missing.append("_scaled_dot_product_fused_attention_overrideable_backward")
+        # 2.11: bmm's Meta kernel does not compare the two dtypes (2.12's does), so a bmm of
+        # float32 and float64 returned a promoted result on tpu where the CPU raises.
+        missing.append("bmm")
     return missing
 
 

@@ -72,7 +72,22 @@ def _sdpa_overrideable_backward_meta(grad_out, query, key, value, attn_bias, gra
             torch.empty_like(attn_bias) if attn_bias is not None else None)
 
 
-_MISSING = {"_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_overrideable_backward_meta}
+def _bmm_meta(self, mat2):
+    """2.11's bmm Meta kernel with the dtype check its CPU kernel (and 2.12's Meta kernel) makes."""
+    if self.dtype != mat2.dtype:
+        raise RuntimeError(f"expected scalar type {_c10_name(self.dtype)} but found {_c10_name(mat2.dtype)}")
+    from torch._meta_registrations import meta_bmm
+
+    return meta_bmm(self, mat2)
+
+
+def _c10_name(dtype):
+    """The name the CPU kernels' messages give a dtype: Float, Double, BFloat16, ..."""
+    return torch.empty((), dtype=dtype).type()[len("torch."):-len("Tensor")]
+
+
+_MISSING = {"_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_overrideable_backward_meta,
+            "bmm": _bmm_meta}
 
 _lib = None
 
