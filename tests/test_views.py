@@ -432,3 +432,40 @@ def test_compiled_graph_over_views_at_any_offset():
         assert_same(t, c)
         built.append(torch_tpu.metrics()["compile_programs_built"])
     assert len(set(built)) == 1, built
+
+
+# as_strided_scatter addresses self's storage: PyTorch's composite (clone keeping self's
+# strides, as_strided, copy_) runs natively in eager, for any self.
+@pytest.mark.parametrize("self_view,size,stride,offset", [
+    (lambda x: x, (2, 2), (3, 1), 1),
+    (lambda x: x, (3, 2), (6, 2), None),
+    (lambda x: x.t(), (2, 3), (1, 6), 2),  # self transposed: the clone keeps its strides
+    (lambda x: x[1:, ::2], (2, 2), (6, 1), None),  # offset None: self's own, 6
+    (lambda x: x[:, 1], (3,), (7,), 1),  # writes partly outside self, which keeps its values
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_as_strided_scatter(self_view, size, stride, offset, dtype):
+    from conftest import native
+    c, t = pair(4, 6, dtype=dtype)
+    src = -torch.arange(1, torch.Size(size).numel() + 1, dtype=dtype).reshape(size)
+    expected = torch.as_strided_scatter(self_view(c), src, size, stride, offset)
+    with native():
+        got = torch.as_strided_scatter(self_view(t), src.to("tpu"), size, stride, offset)
+    same_geometry(got, expected)
+    assert_same(got, expected)
+    assert_same(t, c)  # self is not written
+
+
+@pytest.mark.parametrize("size,stride,offset,src_size", [
+    ((2, 2), (3, 1), 1, (2, 3)),  # src is not the view's shape
+    ((2, 2), (6, 1), 20, (2, 2)),  # past the end of self's storage
+    ((2, 2), (0, 1), 0, (2, 2)),  # the view writes one element twice
+])
+def test_as_strided_scatter_errors(size, stride, offset, src_size):
+    errors = []
+    for device in ["cpu", "tpu"]:
+        with pytest.raises(RuntimeError) as info:
+            torch.as_strided_scatter(torch.zeros(4, 6, device=device), torch.ones(src_size, device=device),
+                                     size, stride, offset)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]

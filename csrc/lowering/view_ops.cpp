@@ -142,6 +142,22 @@ std::vector<Value> LowerAsStrided(Ctx& ctx, const Args& a) {
   return {ReadView(ctx.b, ctx.b.Reshape(x, {g.storage_numel}), g)};
 }
 
+// as_strided_scatter(self, src, size, stride, offset): a copy of self's storage with the
+// strided view written with src. Graph-only: eager runs PyTorch's composite (clone, as_strided,
+// copy_), which knows self's strides; a graph value is its logical array, so describe.py only
+// sends a self that is its whole contiguous storage from offset 0 (the functionalized base).
+std::vector<Value> LowerAsStridedScatter(Ctx& ctx, const Args& a) {
+  const TensorType& t = ctx.out();
+  Value self = CastTo(ctx, a.tensor(0), t);
+  ViewGeometry g;
+  g.sizes = a.ints(2);
+  g.strides = a.ints(3);
+  g.offset = a.int_or(4, 0);
+  g.storage_numel = t.numel();
+  Value src = ConvertTo(ctx, a.tensor(1), t.elem);  // copy_ converts to self's dtype
+  return {ctx.b.Reshape(WriteView(ctx.b, ctx.b.Reshape(self, {g.storage_numel}), g, src), t.dims)};
+}
+
 }  // namespace
 
 TPU_GRAPH_LOWERING("aten::_reshape_alias", LowerReshape);
@@ -150,6 +166,7 @@ TPU_GRAPH_LOWERING("aten::alias", LowerIdentity);
 TPU_GRAPH_LOWERING("aten::alias_copy", LowerIdentity);
 TPU_GRAPH_LOWERING("aten::as_strided", LowerAsStrided);
 TPU_GRAPH_LOWERING("aten::as_strided_copy", LowerAsStrided);
+TPU_GRAPH_LOWERING("aten::as_strided_scatter", LowerAsStridedScatter);
 TPU_GRAPH_LOWERING("aten::detach", LowerIdentity);
 TPU_GRAPH_LOWERING("aten::diagonal", LowerDiagonal);
 TPU_GRAPH_LOWERING("aten::diagonal_copy", LowerDiagonal);

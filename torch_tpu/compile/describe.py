@@ -101,6 +101,12 @@ def _is_dense(sizes, strides):
     return True
 
 
+def _is_whole_storage(val):
+    """Contiguous from offset 0 of a storage it fills: its row-major array is its storage."""
+    return (isinstance(val, torch.Tensor) and val.is_contiguous() and val.storage_offset() == 0
+            and val.untyped_storage().nbytes() == val.numel() * val.element_size())
+
+
 def _input_type(val):
     """Like _tensor_type for a graph input; a 0-d CPU tensor becomes a run-time scalar."""
     if isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() == 0:
@@ -257,6 +263,10 @@ class _Describer:
                 self.copy_targets[node] = self.placeholders.index(target)
                 if self.inputs[self.copy_targets[node]] is None or len(self.inputs[self.copy_targets[node]]) > 3:
                     raise _HostWork("copy_ into a CPU tensor")
+            if (node.target is torch.ops.aten.as_strided_scatter.default
+                    and not _is_whole_storage(_node_val(node.args[0]))):
+                # The lowering takes self's logical array for its storage (view_ops.cpp).
+                raise _Unsupported("as_strided_scatter of a tensor that is not its whole contiguous storage")
             args = self.encode_args(node)
         except _Unsupported as e:
             kind = _SOFT if isinstance(e, _CpuOperand) else _HOST if isinstance(e, _HostWork) else _HARD
