@@ -10,8 +10,8 @@ PyTorch first. Patch releases of one major.minor keep the ABI, which is also wha
 Then the differences between the releases torch_tpu builds against (2.11 to 2.13), each named
 with the release that needs it; csrc/aten/torch_compat.h holds the C++ ones.
 
-Known 2.11 gap, not handled yet (a test that fails on 2.11 only): compiled FlexAttention's backward
-holds aten::as_strided_scatter, which has no lowering and runs eagerly
+2.11's compiled FlexAttention backward holds aten::as_strided_scatter, which later releases
+decompose; its graph lowering (csrc/lowering/view_ops.cpp) keeps it in the program
 (test_flex_attention::test_compiled_forward_and_gradients).
 """
 import re
