@@ -246,7 +246,8 @@ def test_cache_info_and_clear(filled_cache, tmp_path, monkeypatch, capsys):
 
 def test_release_differences_are_named_per_release():
     sdpa_backward = "_scaled_dot_product_fused_attention_overrideable_backward"
-    assert _compat.missing_meta_kernels("2.11.0+cu130") == [sdpa_backward, "bmm"]
-    assert _compat.missing_meta_kernels("2.12.0") == _compat.missing_meta_kernels("2.13.0+cpu") == []
+    assert _compat.missing_meta_kernels("2.11.0+cu130") == [sdpa_backward, "bmm", "_transformer_encoder_layer_fwd"]
+    assert _compat.missing_meta_kernels("2.12.0") == ["_transformer_encoder_layer_fwd"]
+    assert _compat.missing_meta_kernels("2.13.0+cpu") == []
     # Every release has a Meta kernel for it now: PyTorch's own or torch_tpu's (_meta.py).
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{sdpa_backward}", "Meta")

@@ -71,6 +71,10 @@ def missing_meta_kernels(running=None):
         # 2.11: bmm's Meta kernel does not compare the two dtypes (2.12's does), so a bmm of
         # float32 and float64 returned a promoted result on tpu where the CPU raises.
         missing.append("bmm")
+    if release(running or torch.__version__) < (2, 13):
+        # 2.11, 2.12: no Meta kernel for the encoder layer's fast path (2.13 has one), which
+        # nn.TransformerEncoderLayer takes in inference on tpu: it raised NotImplementedError.
+        missing.append("_transformer_encoder_layer_fwd")
     return missing
 
 

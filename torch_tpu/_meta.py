@@ -86,8 +86,15 @@ def _c10_name(dtype):
     return torch.empty((), dtype=dtype).type()[len("torch."):-len("Tensor")]
 
 
+def _transformer_encoder_layer_fwd_meta(src, *args, **kwargs):
+    """The layer's output is shaped like its input, as 2.13's Meta kernel gives it."""
+    if src.is_nested:
+        raise NotImplementedError("_transformer_encoder_layer_fwd has no Meta kernel for nested tensors")
+    return src.clone() if src.numel() == 0 else torch.empty_like(src)
+
+
 _MISSING = {"_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_overrideable_backward_meta,
-            "bmm": _bmm_meta}
+            "bmm": _bmm_meta, "_transformer_encoder_layer_fwd": _transformer_encoder_layer_fwd_meta}
 
 _lib = None
 
