@@ -22,6 +22,7 @@ import time
 import pytest
 import torch
 import torch_tpu
+from torch_tpu import _compat
 from torch_tpu.testing import opcheck
 
 pytestmark = [pytest.mark.filterwarnings("ignore")]
@@ -31,6 +32,10 @@ with open(KNOWN_FAILURES) as _f:
     KNOWN, KNOWN_PROBLEMS = opcheck.parse_known_failures(_f.read(), KNOWN_FAILURES)
 OPS = {opcheck.entry_name(o): o for o in opcheck.select_ops()}
 ALWAYS, REACH = opcheck.gate_always(OPS.values(), torch_tpu.native_ops())
+# The known-failures file is kept for the release `make test` uses. An older one (make
+# compat-test) has another OpInfo database and other CPU references: a listed entry may be
+# absent there, or pass; every other check holds on every release.
+KNOWN_FOR_THIS_RELEASE = _compat.release(torch.__version__) >= (2, 13)
 
 # TORCH_TPU_OPINFO_SHARD=<part> or =all picks the rotating part; unset, the day number does.
 PART, PART_LINE = opcheck.gate_part(os.environ.get("TORCH_TPU_OPINFO_SHARD"), int(time.time() // 86400))
@@ -45,6 +50,8 @@ def test_opinfo(name, dtype, kind):
     if r["status"] == "skip":
         pytest.skip("no valid sample")
     mismatch = opcheck.known_mismatch(KNOWN, r)
+    if mismatch and listed and not KNOWN_FOR_THIS_RELEASE and r["status"] == "native":
+        pytest.skip(f"listed for PyTorch 2.13 ({listed[0]}), passes natively on {torch.__version__}")
     if mismatch:
         pytest.fail(f"{name} {dtype} {kind}: {mismatch} (tests/opinfo_known_failures.txt)")
     if listed:
@@ -55,7 +62,7 @@ def test_known_failures_file_is_well_formed():
     assert not KNOWN_PROBLEMS, "\n".join(KNOWN_PROBLEMS)
     assert KNOWN, "tests/opinfo_known_failures.txt is empty"
     for (name, dtype, kind), (why, reason, line) in KNOWN.items():
-        assert name in OPS, f"line {line}: {name}: no such OpInfo"
+        assert name in OPS or not KNOWN_FOR_THIS_RELEASE, f"line {line}: {name}: no such OpInfo"
         assert len(reason) > 10, f"line {line}: {name}: give a reason"
 
 
