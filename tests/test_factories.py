@@ -1,6 +1,7 @@
 """Factory functions on tpu against the CPU: values, dtypes, geometry; random ops'
 statistics and reproducibility."""
 import math
+import sys
 
 import pytest
 import torch
@@ -68,6 +69,44 @@ def test_full_infers_dtype():
 def test_arange(args, kwargs):
     t = both(lambda d: torch.arange(*args, **kwargs, device=d))
     assert t.dtype == torch.arange(*args, **kwargs).dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.complex64], ids=str)
+def test_arange_of_a_dtype_the_cpu_has_no_arange_for(dtype):
+    with pytest.raises(NotImplementedError, match="not implemented for"):
+        torch.arange(3, dtype=dtype)
+    with pytest.raises(NotImplementedError, match="not implemented for"):
+        torch.arange(3, dtype=dtype, device="tpu")
+
+
+@pytest.mark.parametrize("args", [(0, 5, 0), (5, 0, 1), (0, 5, -1), (0, float("inf")), (float("nan"), 2)], ids=str)
+def test_arange_bounds_errors_like_the_cpu(args):
+    torch.arange(0, 5, 1, device="tpu")  # the program exists: the error comes on a signature hit
+    with pytest.raises(Exception) as cpu:
+        torch.arange(*args)
+    with pytest.raises(type(cpu.value)) as tpu:
+        torch.arange(*args, device="tpu")
+    assert str(tpu.value) == str(cpu.value)
+
+
+def test_arange_runs_no_python_meta_kernel():
+    # arange's Meta kernel is PyTorch's Python reference (torch/_refs), ~100 us a call, and the
+    # out= length depends on the bounds, so it is derived on every call: natively, as the CPU does.
+    torch.arange(2, 9, device="tpu")
+    python_calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and ("_refs" in frame.f_code.co_filename or "_prims" in frame.f_code.co_filename):
+            python_calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for end in (9, 12, 9):
+            t = torch.arange(2, end, device="tpu")
+    finally:
+        sys.setprofile(None)
+    assert python_calls == []
+    assert torch.equal(t.cpu(), torch.arange(2, 9))
 
 
 def test_arange_out_resizes():

@@ -2,6 +2,8 @@
 // signature -> cached program; on a miss, Meta inference gives output types, the op's
 // lowering builds StableHLO (op_program.cpp). The call then becomes an executor request,
 // run now or recorded into the fused graph by the runtime's Executor.
+#include <ATen/Dispatch.h>
+#include <ATen/native/RangeUtils.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
@@ -72,8 +74,37 @@ void CheckNaNs(const OpEntry& e, const std::vector<at::Tensor>& fresh, const Cal
     for (const auto& t : call.slots) check(t);
 }
 
+// arange(start, end, step, out=): its length as the CPU kernel computes it, with the CPU's errors.
+// Its Meta kernel is a Python reference (~100 us a call) and an out= factory re-derives its size
+// on every call, twice for torch.arange(n) (the empty out, then the hit): that was 15% of a tiny
+// Llama's fused forward (Transformers builds masks and positions with arange on every step).
+// Dtypes without an arange on the CPU (bool, complex) raise its NotImplementedError.
+int64_t ArangeLength(const torch::jit::Stack& stack, size_t first) {
+  const at::Tensor& out = stack[first + 3].toTensor();
+  c10::Scalar start = stack[first].toScalar(), end = stack[first + 1].toScalar(), step = stack[first + 2].toScalar();
+  int64_t n = 0;
+  switch (out.scalar_type()) {
+#define ARANGE_LENGTH_CASE(cpp_type, name)                                     \
+  case at::ScalarType::name:                                                   \
+    n = at::native::compute_arange_size<cpp_type>(start, end, step);           \
+    break;
+    AT_FORALL_SCALAR_TYPES_AND2(Half, BFloat16, ARANGE_LENGTH_CASE)
+#undef ARANGE_LENGTH_CASE
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "\"arange\" not implemented for '", c10::toString(out.scalar_type()), "'");
+  }
+  return n;
+}
+
 // Resizes out= tensors as PyTorch's resize_output does (with its warning). True if any changed.
 bool ResizeOuts(const OpEntry& e, torch::jit::Stack* stack, size_t first) {
+  if (e.arange) {
+    int64_t n = ArangeLength(*stack, first);
+    at::Tensor out = (*stack)[first + 3].toTensor();
+    if (out.dim() == 1 && out.size(0) == n) return false;
+    at::native::resize_output(out, {n});
+    return true;
+  }
   torch::jit::Stack meta;
   RunMeta(*e.op, *stack, first, e.num_args, &meta);
   bool changed = false;
@@ -360,6 +391,7 @@ void RegisterLoweredOps() {
       auto alpha = std::find(names.begin(), names.end(), "alpha");
       if (alpha != names.end()) entry->unit_alpha_arg = static_cast<int>(alpha - names.begin());
     }
+    entry->arange = name == "aten::arange.start_out";
     if (entry->num_outs > 0) {
       entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
       add(entry);

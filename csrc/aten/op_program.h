@@ -34,6 +34,7 @@ struct OpEntry {
   std::vector<std::string> lowering_names;  // names of the arguments the lowering receives
   // add/sub/rsub: the index of `alpha`, left out of the program when it is 1 (UnitAlpha).
   int unit_alpha_arg = -1;
+  bool arange = false;  // aten::arange.start_out: its out= size comes from ArangeLength, not Meta
   ArgRole role(size_t i) const { return args.roles[i]; }
   // What the last signature miss looked like, argument by argument: a new miss of the same
   // op is a recompilation, reported with the argument that changed.
