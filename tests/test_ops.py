@@ -368,6 +368,109 @@ def test_pow(dtype):
     check(fn, base, exp)
 
 
+# Exponents PyTorch's CPU kernel computes without pow (Pow.cpp, cpu/PowKernel.cpp): tpu keys
+# them by value and computes them the same way (x*x, 1/(x*x), ...), so where the CPU's formula
+# is exact arithmetic the bits agree. EXACT lists them per dtype: half runs powf on the CPU,
+# which only x*x reproduces by construction. sqrt and rsqrt (0.5, -0.5) follow the plugin's
+# sqrt, which the XLA CPU plugin does not round correctly: within tolerance. Bases stay clear
+# of results below float32's normal range, which the XLA CPU plugin flushes to zero.
+SPECIAL_EXPONENTS = [2, 3, -2, -1, 0.5, -0.5, 0, 1, 2.0, 3.0, -1.0, -2.0, True, False]
+EXACT = {F32: {0, 1, 2, 3, -2, -1}, torch.float64: {0, 1, 2, 3, -2, -1}, BF16: {0, 1, 2, 3, -2, -1}, F16: {0, 1, 2}}
+
+
+def _same_bits(actual, expected):
+    a, e = actual.cpu(), expected
+    assert a.dtype == e.dtype
+    both_nan = a.isnan() & e.isnan()
+    same = (a == e) & (a.signbit() == e.signbit())
+    bad = ~(same | both_nan)
+    assert not bad.any(), (a[bad][:5], e[bad][:5])
+
+
+@pytest.mark.parametrize("dtype", [F32, torch.float64, BF16, F16])
+def test_pow_special_exponents_match_cpu_bits(dtype):
+    mag = torch.cat([torch.rand(200) * 20 + 0.05, torch.tensor([1.0, 2.0, 0.5, 10.0])])
+    base = torch.cat([mag, -mag, torch.tensor([0.0, -0.0, INF, -INF, NAN])]).to(dtype)
+    with native():
+        for e in SPECIAL_EXPONENTS:
+            expected = torch.pow(base, e)
+            for actual in (torch.pow(base.to(TPU), e), base.to(TPU) ** e):
+                if e in EXACT[dtype]:
+                    _same_bits(actual, expected)
+                else:
+                    assert_close(actual.cpu(), expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [I64, I32, torch.uint8, torch.int8, BOOL])
+def test_pow_special_exponents_integers(dtype):
+    base = torch.arange(-60, 60).to(dtype) if dtype != BOOL else torch.tensor([True, False, True])
+    with native():
+        for e in [0, 1, 2, 3, 4, 2.0, -1.0, -2.0, 0.5]:
+            expected, actual = torch.pow(base, e), torch.pow(base.to(TPU), e)
+            if e == 0.5:  # a float result through the plugin's sqrt
+                assert_close(actual.cpu(), expected, equal_nan=True)
+            else:  # integer results, or float ones of exact arithmetic
+                _same_bits(actual, expected)
+
+
+def test_pow_special_exponents_complex_square_inplace_out_foreach():
+    z = T(3, 5, dtype=torch.complex64)
+    check(lambda v: [torch.pow(v, e) for e in (2, 3, -2, -1, 0.5, -0.5, 0, 1, 2.5)], z)
+    x = T(3, 4, low=0.1, high=3)
+    check(lambda v: (v.square(), v ** 2, v.pow(2), torch.square(v.t()), (-v) ** 3, v.pow_(-2)), x.clone())
+    check(lambda v, o: (torch.pow(v, 2, out=o[::2]), torch.pow(v, 0.5, out=o[1::2]), o)[2], x, T(6, 4))
+    check(lambda v: torch._foreach_pow([v, v.t(), v[0]], 2) + torch._foreach_pow([v, v[1]], 2.5), x)
+    # The backward of x ** 2 is 2 * x ** 1: both special.
+    check(lambda v: (v ** 2).sum() + (v ** -0.5).sum(), T(3, 4, low=0.1, high=3, grad=True), grad=True)
+
+
+def test_pow_special_and_general_exponents_in_one_process():
+    """A program built for exponent 2 (x*x) is never used for 2.5, nor the reverse; general
+    exponents share one program, the exponent a run-time operand, as before."""
+    x = torch.rand(7, 5) * 3 + 0.1
+    t = x.to(TPU)
+    for e in [2, 2.5, 2, 2.5, 3, 2.0, 2.7, 0.5, 3.1, 2]:
+        if e in (2, 3):
+            _same_bits(t ** e, x ** e)
+        else:
+            assert_close((t ** e).cpu(), x ** e)
+    before = torch_tpu.metrics()["signature_cache_misses"]
+    for e in [2.25, 1.5, 4.5, 7.0]:
+        assert_close((t ** e).cpu(), x ** e)
+    assert torch_tpu.metrics()["signature_cache_misses"] == before
+
+
+POW_DUMP = """
+    import glob, os, torch, torch_tpu
+    x = torch.rand(8, 3) + 0.5
+    for mode in ("strict", "fused"):
+        with torch_tpu.eager_mode(mode):
+            for e in (2, 2.5, 2, 2.5):
+                r = (x.to("tpu") ** e).cpu()
+                assert torch.equal(r, x ** e) if e == 2 else torch.allclose(r, x ** e)
+    f = torch.compile(lambda a: (a ** 2, a ** 2.5), backend="tpu")
+    f(x.to("tpu"))
+    for p in sorted(glob.glob(os.path.join(os.environ["TORCH_TPU_DUMP_DIR"], "*"))):
+        body = "".join(l for l in open(p) if not l.startswith("//"))
+        print("FILE", os.path.basename(p).split("-", 3)[3], body.count("stablehlo.power"),
+              body.count("stablehlo.multiply"))
+"""
+
+
+def test_pow_exponent_two_is_a_multiply_in_the_dumped_programs(tmp_path):
+    import textwrap
+    from conftest import run_python
+    r = run_python(textwrap.dedent(POW_DUMP), env={"TORCH_TPU_DUMP_DIR": str(tmp_path / "d"),
+                                                   "TORCH_TPU_CACHE_DIR": str(tmp_path / "c")}, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = [line.split()[1:] for line in r.stdout.splitlines() if line.startswith("FILE")]
+    ops = [(p, m) for name, p, m in files if name.startswith("op-aten__pow.Tensor_Scalar")]
+    # One per-op program for 2 (a multiply, no power) and one for 2.5 (a power), both modes'.
+    assert sorted(ops) == [("0", "1"), ("1", "0")], files
+    compiled = [(p, m) for name, p, m in files if name.startswith("compiled-")]
+    assert compiled == [("1", "1")], files
+
+
 def test_pow_grad_inplace_out():
     check(lambda b, e: torch.pow(b, e) + b ** 3 + 2 ** e, T(3, 4, low=0.5, high=2, grad=True),
           T(4, low=-2, high=2, grad=True), grad=True)

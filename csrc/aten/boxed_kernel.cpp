@@ -143,7 +143,13 @@ std::string Describe(const c10::IValue& v) {
 // Counts a signature miss of an op seen before as a recompilation, with its reason.
 void NoteRecompile(OpEntry& e, const torch::jit::Stack& stack, size_t first, shlo::Precision precision) {
   std::vector<std::string> now;
-  for (size_t i = 0; i < e.num_args; ++i) now.push_back(Describe(stack[first + i]));
+  for (size_t i = 0; i < e.num_args; ++i) {
+    const c10::IValue& v = stack[first + i];
+    // A special Scalar (pow's exponent 2) is keyed by its value: say which.
+    std::optional<double> special = static_cast<int>(i) == e.special_scalar_arg && v.isScalar()
+                                        ? SpecialScalarValue(e.special_scalar, v.toScalar()) : std::nullopt;
+    now.push_back(Describe(v) + (special ? " " + c10::str(*special) : ""));
+  }
   now.push_back(MatmulPrecisionSetting(precision));  // keyed too (precision.h)
   std::string reason;
   {
@@ -392,6 +398,14 @@ void RegisterLoweredOps() {
       if (alpha != names.end()) entry->unit_alpha_arg = static_cast<int>(alpha - names.begin());
     }
     entry->arange = name == "aten::arange.start_out";
+    if (const lowering::SpecialScalar* special = lowering::FindSpecialScalar(name)) {
+      const auto& names = entry->args.names;
+      auto arg = std::find(names.begin(), names.end(), special->arg);
+      TORCH_CHECK(arg != names.end() && entry->role(arg - names.begin()) == ArgRole::kScalar, "tpu: ", name,
+                  " has no Scalar argument '", special->arg, "' to specialise on");
+      entry->special_scalar_arg = static_cast<int>(arg - names.begin());
+      entry->special_scalar = special->special;
+    }
     if (entry->num_outs > 0) {
       entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
       add(entry);

@@ -374,13 +374,24 @@ class Graph {
       if (common != at::ScalarType::Undefined && IsSupportedDtype(common)) return ToElemType(common);
       return ToElemType(s.type());
     };
+    // A Scalar the lowering specialises on (pow's exponent 2) reaches it as a static value, as
+    // in eager. Scalars are constants of a compiled graph anyway: the graph (one per FX graph)
+    // and its text, which keys the disk cache, hold what the lowering made of the value.
+    const lowering::SpecialScalar* special = lowering::FindSpecialScalar(node.op);
     std::vector<Arg> args;
     args.reserve(node.args.size());
     for (const GArg& g : node.args) {
       Arg a = g.arg;
+      std::optional<double> special_value;
+      if (special && g.kind == kScalarArg && node.schema && args.size() < node.schema->names.size() &&
+          node.schema->names[args.size()] == special->arg)
+        special_value = SpecialScalarValue(special->special, g.scalars[0]);
       if (g.kind == kTensorArg) {
         a.value = values.at(g.id);
         if (!a.value.valid()) throw lowering::Unsupported("operand has no value");
+      } else if (special_value) {
+        a.kind = Arg::Kind::Double;
+        a.d = *special_value;
       } else if (g.kind == kScalarArg) {
         a.value = ScalarValue(b, g.scalars[0], scalar_elem(g.scalars[0]));
       } else if (g.kind == kTensorsArg) {

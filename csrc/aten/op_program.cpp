@@ -58,6 +58,13 @@ void CheckAlpha(const OpEntry& e, const torch::jit::Stack& stack, size_t first) 
               "For non-complex input tensors, argument alpha must not be a complex number.");
 }
 
+// The value of the op's special Scalar (OpEntry::special_scalar_arg) when its lowering
+// specialises on it: keyed and passed as a static Double instead of a run-time operand.
+std::optional<double> SpecialValue(const OpEntry& e, size_t i, const c10::IValue& v) {
+  if (static_cast<int>(i) != e.special_scalar_arg || !v.isScalar()) return std::nullopt;
+  return SpecialScalarValue(e.special_scalar, v.toScalar());
+}
+
 }  // namespace
 
 // Builds the signature and collects tensors, scalars and generators of the call.
@@ -91,6 +98,9 @@ void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first,
       // alpha=1.0 on integers through).
       k.push_back(kNone);
       k.push_back(v.isBool() ? 3 : v.isInt() ? 2 : 1);
+    } else if (auto special = SpecialValue(e, i, v)) {
+      AddSpecialScalar(call.key, v.toScalar(), *special);
+      call.special_scalars.push_back(v.toScalar());
     } else if (e.role(i) == ArgRole::kScalar) {
       AddScalar(call, call.key, v.toScalar());
     } else if (v.isInt() || v.isSymInt()) {
@@ -275,6 +285,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     if (v.isTensor() && v.toTensor().defined()) state = at::native::update_result_type_state(v.toTensor(), state);
   }
   for (const c10::Scalar& s : call.scalars) state = at::native::update_result_type_state(s, state);
+  for (const c10::Scalar& s : call.special_scalars) state = at::native::update_result_type_state(s, state);
   at::ScalarType common = at::native::result_type(state);
   shlo::ElemType common_elem = common == at::ScalarType::Undefined ? shlo::ElemType::F32
                                : IsSupportedDtype(common)          ? ToElemType(common)
@@ -373,6 +384,9 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
         arg_slot[i] = static_cast<int>(slot);
         a.value = slot_values[slot++];
       }
+    } else if (auto special = SpecialValue(e, i, v)) {
+      a.kind = Arg::Kind::Double;
+      a.d = *special;
     } else if (e.role(i) == ArgRole::kScalar) {
       a.kind = Arg::Kind::Tensor;
       a.value = scalar_values[scalar_i++];

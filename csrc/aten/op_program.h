@@ -35,6 +35,10 @@ struct OpEntry {
   // add/sub/rsub: the index of `alpha`, left out of the program when it is 1 (UnitAlpha).
   int unit_alpha_arg = -1;
   bool arange = false;  // aten::arange.start_out: its out= size comes from ArangeLength, not Meta
+  // A Scalar the lowering specialises on for some values (lowering::SpecialScalar, pow's
+  // exponent): its index, and the lowering's test of a value.
+  int special_scalar_arg = -1;
+  lowering::SpecialScalarFn special_scalar = nullptr;
   ArgRole role(size_t i) const { return args.roles[i]; }
   // What the last signature miss looked like, argument by argument: a new miss of the same
   // op is a recompilation, reported with the argument that changed.
@@ -50,6 +54,9 @@ struct OpEntry {
 // What one call looks like, gathered once from the stack.
 struct Call : Operands {
   std::vector<int64_t> key;
+  // Scalars keyed by value and handed to the lowering as static Doubles (OpEntry's special
+  // scalar); PyTorch's promotion still counts them.
+  std::vector<c10::Scalar> special_scalars;
 };
 
 // The program of one signature, with what the boxed kernel needs to return its results.

@@ -49,6 +49,21 @@ void AddScalar(Operands& ops, std::vector<int64_t>& key, const c10::Scalar& s) {
   ops.scalars.push_back(s);
 }
 
+std::optional<double> SpecialScalarValue(lowering::SpecialScalarFn special, const c10::Scalar& s) {
+  if (!special || s.isComplex() || s.isSymbolic()) return std::nullopt;
+  double v = s.isBoolean() ? (s.toBool() ? 1.0 : 0.0) : s.toDouble();
+  if (!special(v)) return std::nullopt;
+  return v;
+}
+
+void AddSpecialScalar(std::vector<int64_t>& key, const c10::Scalar& s, double value) {
+  key.push_back(kDouble);
+  key.push_back(s.isFloatingPoint() ? 1 : s.isIntegral(false) ? 2 : 3);
+  int64_t bits;
+  std::memcpy(&bits, &value, 8);
+  key.push_back(bits);
+}
+
 namespace {
 
 bool IsDense(at::IntArrayRef sizes, at::IntArrayRef strides) {

@@ -31,6 +31,12 @@ enum Tag : int64_t {
 // A non-tpu tensor must be a 0-d CPU tensor (a run-time scalar).
 void AddTensor(Operands& ops, std::vector<int64_t>& key, const at::Tensor& t, std::vector<runtime::TpuStorage*>& seen);
 void AddScalar(Operands& ops, std::vector<int64_t>& key, const c10::Scalar& s);
+// The value of `s` when `special` (a lowering's lowering::SpecialScalarFn) accepts it: the
+// lowering then receives it as a static Double. Bools count as 0 and 1; complex and symbolic
+// Scalars never qualify.
+std::optional<double> SpecialScalarValue(lowering::SpecialScalarFn special, const c10::Scalar& s);
+// Appends a special Scalar's signature: its type (it decides promotion) and its value.
+void AddSpecialScalar(std::vector<int64_t>& key, const c10::Scalar& s, double value);
 
 // A tensor a program returns.
 struct NewTensor {

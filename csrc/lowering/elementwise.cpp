@@ -294,7 +294,36 @@ std::vector<Value> LowerFMinMax(Ctx& ctx, const Args& a) {
   return {ctx.b.Select(IsNan(ctx, y), x, m)};
 }
 
+// pow(x, e) for a special exponent, computed as the CPU computes it, so results keep its bits
+// and the device multiplies where a general power calls powf per element:
+//   every dtype: e=0 -> 1 (NaN bases too), e=1 -> x;  e=2 -> x*x, e=3 -> x*x*x;
+//   floating and complex: e=-2 -> 1/(x*x), e=-1 -> 1/x, e=0.5 -> sqrt(x), e=-0.5 -> rsqrt(x).
+// bf16 rounds each product to bf16, as the CPU's bf16 kernel does (x*x*x rounds twice). Half
+// runs powf on the CPU: products in f32 rounded once agree with it (x*x exactly), but sqrt
+// differs from powf at -0 and -inf, so half keeps the power for e=+-0.5. Integers reach here
+// only with e in 0..3 (a negative integer exponent is an error, a fractional one promotes).
+Value PowSpecial(Ctx& ctx, Value base, double e) {
+  const TensorType& out = ctx.out();
+  if (e == 0) return Splat(ctx, 1, out);
+  TensorType t = OpmathType(out);
+  Value x = CastTo(ctx, base, t);
+  if (e == 1) return x;
+  bool floating = IsFloat(out.elem) || IsComplex(out.elem);
+  if ((!floating && e != 2 && e != 3) || (out.elem == ElemType::F16 && (e == 0.5 || e == -0.5)))
+    return Apply(ctx, kPow, x, Splat(ctx, e, t));
+  auto rounded = [&](Value v) {  // the CPU's bf16 arithmetic rounds every product
+    return out.elem == ElemType::BF16 ? ConvertTo(ctx, ConvertTo(ctx, v, out.elem), t.elem) : v;
+  };
+  if (e == 2) return Mul(ctx, x, x);
+  if (e == 3) return Mul(ctx, rounded(Mul(ctx, x, x)), x);
+  if (e == -2) return Div(ctx, Splat(ctx, 1, t), rounded(Mul(ctx, x, x)));
+  if (e == -1) return Div(ctx, Splat(ctx, 1, t), x);
+  return Apply(ctx, e == 0.5 ? kSqrt : kRsqrt, x);  // as aten::sqrt and aten::rsqrt lower
+}
+
+// pow(x, y); y is a static Double when it is a special exponent (PowSpecial).
 std::vector<Value> LowerPow(Ctx& ctx, const Args& a) {
+  if (a.raw(1).kind == Arg::Kind::Double) return OpmathResult(ctx, PowSpecial(ctx, a.tensor(0), a.raw(1).d));
   TensorType t = OpmathType(ctx.out());
   return OpmathResult(ctx, Apply(ctx, kPow, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t)));
 }
@@ -422,6 +451,10 @@ std::vector<Value> LowerHardtanhBackward(Ctx& ctx, const Args& a) {
 
 }  // namespace
 
+bool IsSpecialExponent(double e) {
+  return e == 0 || e == 1 || e == 2 || e == 3 || e == -2 || e == 0.5 || e == -0.5 || e == -1;
+}
+
 TPU_LOWERING("aten::abs", LowerUnaryKeepType<kAbs>);
 TPU_LOWERING("aten::acos", LowerUnary<kAcos>);
 TPU_LOWERING("aten::acosh", LowerUnary<kAcosh>);
@@ -503,6 +536,8 @@ TPU_LOWERING("aten::pow.Scalar", LowerPow);
 TPU_LOWERING("aten::pow.Tensor_Scalar", LowerPow);
 TPU_LOWERING("aten::pow.Tensor_Tensor", LowerPow);
 TPU_LOWERING("aten::pow_.Scalar", LowerPow);  // pow_(self, Scalar exponent), not pow.Scalar's twin
+TPU_SPECIAL_SCALAR("aten::pow.Tensor_Scalar", "exponent", IsSpecialExponent);
+TPU_SPECIAL_SCALAR("aten::pow_.Scalar", "exponent", IsSpecialExponent);
 TPU_LOWERING("aten::reciprocal", LowerReciprocal);
 TPU_LOWERING("aten::relu", LowerRelu);
 TPU_LOWERING("aten::remainder.Scalar", LowerRemainder);

@@ -2,6 +2,15 @@
 // are parameterised by.
 #pragma once
 
+namespace tpu::lowering {
+
+// The exponents PyTorch's CPU kernel computes without pow (Pow.cpp, cpu/PowKernel.cpp): 0, 1,
+// 2, 3, -2, -1, 0.5, -0.5. pow's lowerings specialise on them (TPU_SPECIAL_SCALAR), so eager
+// and compiled callers key them by value and hand them over as static Doubles.
+bool IsSpecialExponent(double e);
+
+}  // namespace tpu::lowering
+
 namespace tpu::lowering::ops {
 
 inline constexpr char kAbs[] = "stablehlo.abs";

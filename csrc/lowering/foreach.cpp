@@ -2,6 +2,7 @@
 // lowering of the matching ATen op to element i of every list argument, so an optimizer step
 // costs one program per foreach op instead of one per parameter and op. Scalar[] arguments
 // arrive as lists of 0-d run-time operands; single tensors and Scalars are shared by all.
+#include "elementwise.h"
 #include "lowering.h"
 
 namespace tpu::lowering {
@@ -86,6 +87,7 @@ TPU_LOWERING("aten::_foreach_neg", LowerForeach<kNeg>);
 TPU_LOWERING("aten::_foreach_pow.List", LowerForeach<kPow>);
 TPU_LOWERING("aten::_foreach_pow.Scalar", LowerForeach<kPow>);
 TPU_LOWERING("aten::_foreach_pow.ScalarList", LowerForeach<kPow>);
+TPU_SPECIAL_SCALAR("aten::_foreach_pow.Scalar", "exponent", IsSpecialExponent);  // x ** 2 multiplies
 TPU_LOWERING("aten::_foreach_rsqrt", LowerForeach<kRsqrt>);
 TPU_LOWERING("aten::_foreach_sign", LowerForeach<kSign>);
 TPU_LOWERING("aten::_foreach_sqrt", LowerForeach<kSqrt>);

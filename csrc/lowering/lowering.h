@@ -144,6 +144,20 @@ struct Registration {
 };
 std::vector<Registration> Registrations();
 
+// A Scalar argument that a lowering specialises on for a few values (pow's exponent 2 is x * x,
+// not a power). When `special(value)` holds, the caller hands the value to the lowering as a
+// static Double that is part of the program's identity in every mode (eager signatures, the
+// constants of compiled graphs); every other value stays a run-time operand, so one program
+// serves them all. Bool scalars count as 0 and 1; complex ones are never special.
+using SpecialScalarFn = bool (*)(double);
+struct SpecialScalar {
+  std::string arg;  // the schema name of the Scalar argument
+  SpecialScalarFn special = nullptr;
+};
+bool RegisterSpecialScalar(const char* op, const char* arg, SpecialScalarFn special);
+// The special Scalar of `op` ("aten::pow.Tensor_Scalar"), or null when it has none.
+const SpecialScalar* FindSpecialScalar(const std::string& op);
+
 #define TPU_CONCAT_INNER(a, b) a##b
 #define TPU_CONCAT(a, b) TPU_CONCAT_INNER(a, b)
 #define TPU_LOWERING(op, fn) \
@@ -152,6 +166,10 @@ std::vector<Registration> Registrations();
 #define TPU_GRAPH_LOWERING(op, fn) \
   static const bool TPU_CONCAT(tpu_lowering_registered_, __LINE__) = \
       ::tpu::lowering::RegisterGraphOnly(op, fn, __FILE__, __LINE__)
+
+#define TPU_SPECIAL_SCALAR(op, arg, special) \
+  static const bool TPU_CONCAT(tpu_special_scalar_registered_, __LINE__) = \
+      ::tpu::lowering::RegisterSpecialScalar(op, arg, special)
 
 // Platform choices, made once by the runtime from the plugin's platform before anything is
 // lowered. ragged_dot: chlo.ragged_dot compiles there (TPU, GPU); the XLA CPU plugin rejects

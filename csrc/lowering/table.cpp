@@ -23,6 +23,11 @@ std::vector<Registration>& RegistrationLog() {
   return log;
 }
 
+std::map<std::string, SpecialScalar>& SpecialScalars() {
+  static std::map<std::string, SpecialScalar> table;
+  return table;
+}
+
 const char* KindName(Arg::Kind k) {
   switch (k) {
     case Arg::Kind::None: return "None";
@@ -54,6 +59,16 @@ bool RegisterGraphOnly(const char* op, LowerFn fn, const char* file, int line) {
 }
 
 std::vector<Registration> Registrations() { return RegistrationLog(); }
+bool RegisterSpecialScalar(const char* op, const char* arg, SpecialScalarFn special) {
+  SpecialScalars()[op] = SpecialScalar{arg, special};
+  return true;
+}
+
+const SpecialScalar* FindSpecialScalar(const std::string& op) {
+  auto it = SpecialScalars().find(op);
+  return it == SpecialScalars().end() ? nullptr : &it->second;
+}
+
 
 size_t Args::index(std::string_view name) const {
   if (names_) {

@@ -113,6 +113,12 @@ TEST(GoldenStableHlo, Elementwise) {
   text += Golden().Tensor("self", {ElemType::S64, {4}}).Tensor("other", {ElemType::S64, {4}}).Str("rounding_mode", "floor")
               .Lower("aten::div.Tensor_mode", {{ElemType::S64, {4}}}, ElemType::S64);
   text += Golden().Tensor("self", {ElemType::BF16, {4}}).Lower("aten::sigmoid", {{ElemType::BF16, {4}}}, ElemType::BF16);
+  // pow: a special exponent (a static Double from csrc/aten) multiplies, bf16 rounding each
+  // product as the CPU does; any other exponent is a run-time operand of stablehlo.power.
+  text += Golden().Tensor("self", F32x4).Double("exponent", 2).Lower("aten::pow.Tensor_Scalar", {F32x4});
+  const TensorType BF16x4{ElemType::BF16, {4}};
+  text += Golden().Tensor("self", BF16x4).Double("exponent", 3).Lower("aten::pow.Tensor_Scalar", {BF16x4}, ElemType::BF16);
+  text += Golden().Tensor("self", F32x4).Tensor("exponent", F32s).Lower("aten::pow.Tensor_Scalar", {F32x4});
   ExpectGolden("elementwise", text);
 }
 

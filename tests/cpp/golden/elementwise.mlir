@@ -44,3 +44,30 @@ module @program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1
     "func.return"(%3) : (tensor<4xbf16>) -> ()
   }
 }
+// aten::pow.Tensor_Scalar
+module @program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%0: tensor<4xf32>) -> (tensor<4xf32>) {
+    %1 = "stablehlo.multiply"(%0, %0) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    "func.return"(%1) : (tensor<4xf32>) -> ()
+  }
+}
+// aten::pow.Tensor_Scalar
+module @program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%0: tensor<4xbf16>) -> (tensor<4xbf16>) {
+    %1 = "stablehlo.convert"(%0) : (tensor<4xbf16>) -> tensor<4xf32>
+    %2 = "stablehlo.multiply"(%1, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %3 = "stablehlo.convert"(%2) : (tensor<4xf32>) -> tensor<4xbf16>
+    %4 = "stablehlo.convert"(%3) : (tensor<4xbf16>) -> tensor<4xf32>
+    %5 = "stablehlo.multiply"(%4, %1) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %6 = "stablehlo.convert"(%5) : (tensor<4xf32>) -> tensor<4xbf16>
+    "func.return"(%6) : (tensor<4xbf16>) -> ()
+  }
+}
+// aten::pow.Tensor_Scalar
+module @program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%0: tensor<4xf32>, %1: tensor<f32>) -> (tensor<4xf32>) {
+    %2 = "stablehlo.broadcast_in_dim"(%1) {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<4xf32>
+    %3 = "stablehlo.power"(%0, %2) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    "func.return"(%3) : (tensor<4xf32>) -> ()
+  }
+}
