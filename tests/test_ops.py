@@ -424,6 +424,19 @@ def test_pow_special_exponents_complex_square_inplace_out_foreach():
     check(lambda v: (v ** 2).sum() + (v ** -0.5).sum(), T(3, 4, low=0.1, high=3, grad=True), grad=True)
 
 
+@pytest.mark.parametrize("dtype", [BF16, F16])
+def test_pow_half_precision_rounds_the_scalar_first(dtype):
+    """The CPU converts a Scalar exponent (pow(x, 2.3)) or base (pow(2.3, x)) to bf16/f16
+    before its f32 power; taking 2.3 at f32 instead moved about half of all results by an
+    ulp. Counted, not bit-compared: another plugin's f32 power may round a few differently."""
+    x = (torch.rand(2000) * 5 + 0.1).to(dtype)
+    with native():
+        for e in (2.3, 1.7, 0.33):
+            for expected, actual in ((x ** e, x.to(TPU) ** e), (torch.pow(e, x), torch.pow(e, x.to(TPU)))):
+                assert_close(actual.cpu(), expected)
+                assert (actual.cpu() != expected).float().mean() < 0.01
+
+
 def test_pow_special_and_general_exponents_in_one_process():
     """A program built for exponent 2 (x*x) is never used for 2.5, nor the reverse; general
     exponents share one program, the exponent a run-time operand, as before."""

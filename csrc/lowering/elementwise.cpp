@@ -321,11 +321,14 @@ Value PowSpecial(Ctx& ctx, Value base, double e) {
   return Apply(ctx, e == 0.5 ? kSqrt : kRsqrt, x);  // as aten::sqrt and aten::rsqrt lower
 }
 
-// pow(x, y); y is a static Double when it is a special exponent (PowSpecial).
+// pow(x, y); y is a static Double when it is a special exponent (PowSpecial). Half and bf16
+// operands round to their type before the f32 power: the CPU converts a Scalar exponent (or a
+// Scalar base) to the tensor's dtype.
 std::vector<Value> LowerPow(Ctx& ctx, const Args& a) {
   if (a.raw(1).kind == Arg::Kind::Double) return OpmathResult(ctx, PowSpecial(ctx, a.tensor(0), a.raw(1).d));
   TensorType t = OpmathType(ctx.out());
-  return OpmathResult(ctx, Apply(ctx, kPow, CastTo(ctx, a.tensor(0), t), CastTo(ctx, a.tensor(1), t)));
+  auto operand = [&](size_t i) { return CastTo(ctx, CastTo(ctx, a.tensor(i), ctx.out()), t); };
+  return OpmathResult(ctx, Apply(ctx, kPow, operand(0), operand(1)));
 }
 
 // ---- comparisons: computed in the promoted input type, output bool ----
