@@ -413,6 +413,18 @@ def test_pow_special_exponents_integers(dtype):
                 _same_bits(actual, expected)
 
 
+@pytest.mark.parametrize("e", [-1, -2, -3, -7])
+def test_pow_integer_to_negative_integer_raises(e):
+    """As on the CPU; the exponent is keyed (-1, -2) or a run-time value (-3, -7): every call checks."""
+    for dtype in (I64, I32, BOOL):
+        t = torch.tensor([1, 2, 3]).to(dtype).to(TPU)
+        for call in (lambda: t ** e, lambda: t.clone().pow_(e), lambda: torch.pow(t, e, out=torch.empty_like(t))):
+            with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+                call()
+        torch.testing.assert_close((t ** float(e)).cpu(), t.cpu() ** float(e))  # a float exponent promotes
+        torch.testing.assert_close((t ** -e).cpu(), t.cpu() ** -e)
+
+
 def test_pow_special_exponents_complex_square_inplace_out_foreach():
     z = T(3, 5, dtype=torch.complex64)
     check(lambda v: [torch.pow(v, e) for e in (2, 3, -2, -1, 0.5, -0.5, 0, 1, 2.5)], z)

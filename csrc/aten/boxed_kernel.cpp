@@ -406,6 +406,7 @@ void RegisterLoweredOps() {
       entry->special_scalar_arg = static_cast<int>(arg - names.begin());
       entry->special_scalar = special->special;
     }
+    if (name == "aten::pow.Tensor_Scalar" || name == "aten::pow_.Scalar") entry->integer_power_arg = 1;
     if (entry->num_outs > 0) {
       entry->variant = Variant::Out;  // lowered directly as an out= op: results typed like the outs
       add(entry);

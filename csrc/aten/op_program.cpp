@@ -58,6 +58,19 @@ void CheckAlpha(const OpEntry& e, const torch::jit::Stack& stack, size_t first) 
               "For non-complex input tensors, argument alpha must not be a complex number.");
 }
 
+// The CPU's check of pow(Tensor, Scalar) (pow's structured Meta function): an integer tensor
+// to a negative integer power raises. The Meta kernel the dispatcher runs for pow is PyTorch's
+// Python reference, which lacks it, and the exponent is a run-time value: checked on every call.
+void CheckIntegerPower(const OpEntry& e, const torch::jit::Stack& stack, size_t first) {
+  const c10::IValue& base = stack[first];
+  const c10::IValue& exponent = stack[first + e.integer_power_arg];
+  if (!base.isTensor() || !exponent.isScalar()) return;
+  const c10::Scalar s = exponent.toScalar();
+  TORCH_CHECK(!(at::isIntegralType(base.toTensor().scalar_type(), /*includeBool=*/true) &&
+                s.isIntegral(/*includeBool=*/true) && s.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
+}
+
 // The value of the op's special Scalar (OpEntry::special_scalar_arg) when its lowering
 // specialises on it: keyed and passed as a static Double instead of a run-time operand.
 std::optional<double> SpecialValue(const OpEntry& e, size_t i, const c10::IValue& v) {
@@ -70,6 +83,7 @@ std::optional<double> SpecialValue(const OpEntry& e, size_t i, const c10::IValue
 // Builds the signature and collects tensors, scalars and generators of the call.
 void CollectCall(const OpEntry& e, const torch::jit::Stack& stack, size_t first, Call& call) {
   if (e.unit_alpha_arg >= 0) CheckAlpha(e, stack, first);
+  if (e.integer_power_arg >= 0) CheckIntegerPower(e, stack, first);
   std::vector<TpuStorage*> seen;
   // One allocation each on the per-op path (tensor lists may still grow them).
   seen.reserve(e.num_args);

@@ -39,6 +39,9 @@ struct OpEntry {
   // exponent): its index, and the lowering's test of a value.
   int special_scalar_arg = -1;
   lowering::SpecialScalarFn special_scalar = nullptr;
+  // pow(Tensor, Scalar exponent) and its in-place and out= forms: the index of the exponent
+  // (CheckIntegerPower).
+  int integer_power_arg = -1;
   ArgRole role(size_t i) const { return args.roles[i]; }
   // What the last signature miss looked like, argument by argument: a new miss of the same
   // op is a recompilation, reported with the argument that changed.
