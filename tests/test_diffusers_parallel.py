@@ -16,7 +16,7 @@ from conftest import needs_devices
 pytest.importorskip("diffusers")
 
 WORKER = textwrap.dedent('''
-    import sys, tempfile, warnings
+    import os, sys, tempfile, warnings
     warnings.simplefilter("ignore")
     import torch, torch.distributed as dist, torch.multiprocessing as mp
     import torch_tpu
@@ -73,7 +73,8 @@ WORKER = textwrap.dedent('''
         dist.destroy_process_group()
 
     if __name__ == "__main__":
-        mp.spawn(run, args=(2, "file://" + tempfile.mktemp(), sys.argv[1:]), nprocs=2)
+        with tempfile.TemporaryDirectory() as store:  # the FileStore file is left behind otherwise
+            mp.spawn(run, args=(2, "file://" + os.path.join(store, "init"), sys.argv[1:]), nprocs=2)
         print("ALL OK")
 ''')
 

@@ -93,7 +93,8 @@ WORKER = textwrap.dedent('''
         dist.destroy_process_group()
 
     if __name__ == "__main__":
-        mp.spawn(run, args=(2, "file://" + tempfile.mktemp(), sys.argv[1]), nprocs=2)
+        with tempfile.TemporaryDirectory() as store:  # the FileStore file is left behind otherwise
+            mp.spawn(run, args=(2, "file://" + os.path.join(store, "init"), sys.argv[1]), nprocs=2)
         print("ALL OK")
 ''')
 

@@ -18,10 +18,12 @@ On the XLA CPU plugin it refuses unless --allow-cpu is given (which `tests/test_
 uses so that the script keeps working). Standard library only: it runs before anything is installed.
 """
 import argparse
+import atexit
 import datetime
 import glob
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,12 +60,19 @@ def _env(site):
 _NEUTRAL = []
 
 
+def _scratch(prefix):
+    """A temporary folder, removed when this script exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def _neutral_dir():
     """Where every child process runs: never the checkout, whose torch_tpu/ (no compiled extension
     there on a device machine) would shadow the installed one, as `python -c` and `-m` put the
     working directory first on sys.path."""
     if not _NEUTRAL:
-        _NEUTRAL.append(tempfile.mkdtemp(prefix="device_check_cwd_"))
+        _NEUTRAL.append(_scratch("device_check_cwd_"))
     return _NEUTRAL[0]
 
 
@@ -83,7 +92,7 @@ def install(args, log):
     wheels = sorted(glob.glob(os.path.join(args.wheels, "*.whl"))) if args.wheels else []
     site = ""
     if wheels:
-        site = args.site or tempfile.mkdtemp(prefix="torch_tpu_site_")
+        site = args.site or _scratch("torch_tpu_site_")
         # --no-deps: a wheel's requirements are the image's or carried beside it; pip must not
         # replace the image's torch. --target leaves the image untouched.
         cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
@@ -99,7 +108,7 @@ def install(args, log):
         raise SystemExit("device_check: torch_tpu does not import with this Python and PyTorch:\n" + out[-3000:] +
                          "\nCarry a wheel built for them (README: 'Checking an accelerator machine'), "
                          "or pass --build (with --pjrt-include DIR) to build from this checkout.")
-    site = site or args.site or tempfile.mkdtemp(prefix="torch_tpu_site_")
+    site = site or args.site or _scratch("torch_tpu_site_")
     env = dict(os.environ)
     if args.pjrt_include:
         env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + f" -DPJRT_INCLUDE_DIR={args.pjrt_include}").strip()
