@@ -533,3 +533,119 @@ def test_decomposition_table_is_pytorchs_core_aten_table():
     ours, pytorchs = _core_aten_table(), dict(core_aten_decompositions())
     assert set(ours) == set(pytorchs)
     assert {op for op in ours if what(ours[op]) != what(pytorchs[op])} == set()
+
+
+def _unique_mlp(width):
+    """A model of its own shapes, so that no earlier test compiled its programs."""
+    torch.manual_seed(width)
+    return nn.Sequential(nn.Linear(24, width), nn.GELU(), nn.Linear(width, 5))
+
+
+def test_backward_program_compiles_ahead_during_the_forward():
+    cpu = _unique_mlp(37)
+    dev = tpu_copy(cpu)
+    x = torch.randn(9, 24)
+    fwd = torch.compile(lambda m, x: m(x).square().mean(), backend="tpu")
+    before = counters()
+    loss = fwd(dev, x.to("tpu"))
+    # The forward's and the backward's programs, both from AOTAutograd's example inputs; the
+    # backward's compiled before any backward ran (metrics() waits for compiles in flight).
+    after_forward = counters()
+    assert after_forward["compile_ahead_programs"] - before["compile_ahead_programs"] == 2
+    def loaded(c):  # compiled, or read from the disk cache of an earlier run
+        return c["programs_compiled"] + c["disk_cache_hits"]
+
+    compiled = loaded(after_forward) - loaded(before)
+    loss.backward()
+    after_backward = counters()
+    assert loaded(after_backward) - loaded(after_forward) <= 1  # the gradient seed's fill_ at most
+    # Both first runs found the program compiled ahead: nothing was built twice.
+    assert after_backward["compile_ahead_hits"] - before["compile_ahead_hits"] == 2
+    assert after_backward["compile_ahead_misses"] == before["compile_ahead_misses"]
+    assert compiled >= 2
+    ref = cpu(x).square().mean()
+    ref.backward()
+    assert_close(loss.detach().cpu(), ref.detach())
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_ahead_off_compiles_at_the_first_run():
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        m = torch.nn.Linear(6, 3).to("tpu")
+        loss = torch.compile(lambda x: m(x).sum(), backend="tpu")(torch.randn(2, 6, device="tpu"))
+        loss.backward()
+        c = torch_tpu.metrics()
+        print("RESULT", c["compile_ahead_programs"], c["compile_programs_built"], m.weight.grad.shape)
+    """)
+    out = run_python(code, {"TORCH_TPU_COMPILE_AHEAD": "0"})
+    assert "RESULT 0 2 torch.Size([3, 6])" in out.stdout, out.stderr
+
+
+def test_inputs_that_alias_at_run_time_share_a_program_with_distinct_ones():
+    # A program is built without regard to which read-only inputs are views of one storage
+    # (as a backward compiled ahead cannot know); the results must not depend on it.
+    f = torch.compile(lambda a, b: a * 2 + b.sum(), backend="tpu")
+    base = torch.randn(4, 4)
+    dev = base.to("tpu")
+    assert_close(f(dev, dev.view(16)).cpu(), base * 2 + base.sum())
+    other = torch.randn(16)
+    before = counters()
+    assert_close(f(dev, other.to("tpu")).cpu(), base * 2 + other.sum())
+    assert delta(before, "programs_compiled") == 0  # same module text: the memory cache's
+
+
+def test_written_input_and_its_view_stay_one_storage():
+    def g(a, b):
+        a.add_(1)
+        return b * 3  # b views a: it must see the write
+
+    f = torch.compile(g, backend="tpu")
+    cpu = torch.randn(3, 4)
+    dev = cpu.to("tpu")
+    expected = g(cpu, cpu[1])
+    got = f(dev, dev[1])
+    assert_close(got.cpu(), expected)
+    assert_close(dev.cpu(), cpu)
+
+
+def test_compile_ahead_for_other_layouts_is_a_miss_that_still_runs_correctly():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_tpu.compile.partition import compile_fx
+
+    gm = make_fx(lambda x: x * x, tracing_mode="fake")(torch.randn(6, 5, device="tpu"))
+    example = torch.empty_strided((6, 5), (1, 6), device="tpu")  # column-major: not the run's
+    before = counters()
+    program = compile_fx(gm, [example], "forward")
+    assert delta(before, "compile_ahead_programs") == 1
+    x = torch.randn(6, 5)
+    out = program([x.to("tpu")])
+    assert_close((out[0] if isinstance(out, (tuple, list)) else out).cpu(), x * x)
+    assert delta(before, "compile_ahead_misses") == 1
+    assert delta(before, "compile_ahead_hits") == 0
+
+
+def test_one_module_compiling_on_two_threads_is_compiled_once(tmp_path):
+    # Two graphs with the same program, compiled ahead at once: the second thread waits for
+    # the first one's compile (or finds it done) instead of compiling it again.
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch_tpu.compile.partition import compile_fx
+
+        def chain(x):
+            for i in range(150):  # a compile long enough for the two to overlap
+                x = torch.sin(x) * 0.5 + x.cos() * 0.25
+            return x
+
+        x = torch.randn(8, 8, device="tpu")
+        gm = make_fx(chain, tracing_mode="fake")(x)
+        first, second = compile_fx(gm, [x], "forward"), compile_fx(gm, [x], "forward")
+        c = torch_tpu.metrics()
+        torch.testing.assert_close(second([x]).cpu(), chain(x.cpu()), rtol=1e-4, atol=1e-4)
+        print("RESULT", c["compile_ahead_programs"], c["programs_compiled"],
+              c["compile_in_flight_waits"] + c["compile_cache_hits"] >= 1)
+    """)
+    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert "RESULT 2 1 True" in out.stdout, out.stdout + out.stderr

@@ -13,11 +13,13 @@
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "arguments.h"
 #include "operands.h"
 #include "precision.h"
 #include "torch_compat.h"
+#include "../runtime/background_compile.h"
 #include "../runtime/executor.h"
 
 namespace py = pybind11;
@@ -144,6 +146,9 @@ struct NotLowerable : std::runtime_error {
 };
 
 std::atomic<int64_t> g_graph_runs{0}, g_graph_programs{0};
+// Programs compiled ahead of their graph's first run, and first runs that found theirs (a
+// hit) or built another (a miss: the inputs' layout or aliasing differed from the examples').
+std::atomic<int64_t> g_ahead_programs{0}, g_ahead_hits{0}, g_ahead_misses{0};
 
 class Graph {
  public:
@@ -256,8 +261,17 @@ class Graph {
       if (it != programs_.end()) program = it->second;
     }
     if (!program) {
+      std::vector<Slot> slots;
+      slots.reserve(ops.slots.size());
+      for (size_t i = 0; i < ops.slots.size(); ++i) slots.push_back(SlotOf(ops.slots[i], ops.slot_is_cpu_scalar[i]));
       py::gil_scoped_release release;  // lowering and compiling take no Python objects
-      program = Build(ops);
+      program = Build(slots, ops.precision);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!ahead_module_.empty()) (ahead_module_ == program->program->module_text ? g_ahead_hits : g_ahead_misses)++;
+        ahead_module_.clear();
+      }
+      Compile(*program, ops.precision);
       std::lock_guard<std::mutex> lock(mu_);
       programs_[key] = program;
     }
@@ -289,6 +303,48 @@ class Graph {
     return result;
   }
 
+  // Builds the program for example inputs (AOTAutograd's fake tensors: their dtypes, sizes,
+  // strides, offsets and storages) and compiles it on another thread, so that the first run,
+  // whose real inputs usually have that layout, finds it compiled or compiling. Each example is
+  // (cpu_scalar, dtype, sizes, strides, storage_offset, storage id, storage nbytes).
+  // Returns false, compiling nothing, when the examples can't describe the inputs.
+  bool CompileAhead(const py::list& examples) {
+    if (examples.size() != inputs_.size()) return false;
+    std::vector<Slot> slots;
+    for (py::handle h : examples) {
+      auto e = h.cast<py::tuple>();
+      Slot slot;
+      slot.cpu_scalar = e[0].cast<bool>();
+      slot.dtype = e[1].cast<at::ScalarType>();
+      if (!IsSupportedDtype(slot.dtype)) return false;
+      slot.geometry.sizes = e[2].cast<std::vector<int64_t>>();
+      slot.geometry.strides = e[3].cast<std::vector<int64_t>>();
+      slot.geometry.offset = e[4].cast<int64_t>();
+      slot.storage = reinterpret_cast<const void*>(e[5].cast<uintptr_t>());
+      slot.storage_nbytes = e[6].cast<int64_t>();
+      slot.storage_elem = ToElemType(slot.dtype);
+      slot.geometry.storage_numel = slot.storage_nbytes / static_cast<int64_t>(c10::elementSize(slot.dtype));
+      slots.push_back(std::move(slot));
+    }
+    shlo::Precision precision = MatmulPrecision();
+    std::string module;
+    {
+      py::gil_scoped_release release;
+      try {
+        module = Build(slots, precision)->program->module_text;
+      } catch (const std::exception&) {
+        return false;  // the first run lowers again and reports it
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ahead_module_ = module;
+    }
+    g_ahead_programs++;
+    runtime::CompileAhead(std::move(module), "compiled graph " + name_, "compiled ahead of its first run");
+    return true;
+  }
+
   std::string last_module() const {
     std::lock_guard<std::mutex> lock(mu_);
     return last_module_;
@@ -300,6 +356,30 @@ class Graph {
   }
 
  private:
+  // What a program is built from, per input: a real tensor's geometry (Run) or an example's
+  // (CompileAhead). Inputs with equal `storage` are views of one storage.
+  struct Slot {
+    bool cpu_scalar = false;
+    at::ScalarType dtype = at::ScalarType::Float;
+    const void* storage = nullptr;
+    shlo::ElemType storage_elem = shlo::ElemType::F32;  // of the storage's buffer (else of the dtype)
+    int64_t storage_nbytes = 0;
+    lowering::ViewGeometry geometry;
+  };
+
+  static Slot SlotOf(const at::Tensor& t, bool cpu_scalar) {
+    Slot slot;
+    slot.cpu_scalar = cpu_scalar;
+    slot.dtype = t.scalar_type();
+    if (cpu_scalar) return slot;
+    TpuStorage* s = StorageOf(t);
+    slot.storage = s;
+    slot.storage_elem = s->buffer ? s->elem : ToElemType(t.scalar_type());
+    slot.storage_nbytes = static_cast<int64_t>(s->nbytes);
+    slot.geometry = GeometryOf(t);
+    return slot;
+  }
+
   // The graph's program for one set of input geometries; operand slots are the inputs.
   struct GraphProgram {
     std::shared_ptr<runtime::Program> program;
@@ -463,14 +543,15 @@ class Graph {
     return "";
   }
 
-  std::shared_ptr<GraphProgram> Build(const Operands& ops) {
+  // Lowers the graph over inputs laid out as `slots`; the program is not compiled yet.
+  std::shared_ptr<GraphProgram> Build(const std::vector<Slot>& slots, shlo::Precision precision) const {
     auto gp = std::make_shared<GraphProgram>();
     auto program = std::make_shared<runtime::Program>();
     gp->program = program;
     program->name = "compiled graph " + name_;
     shlo::Builder b;
     std::vector<shlo::Value> values(value_types_.size());
-    std::unordered_map<TpuStorage*, shlo::Value> storage_values;
+    std::unordered_map<const void*, shlo::Value> storage_values;
     std::unordered_map<size_t, shlo::Value> offset_values;  // by input: run-time view offsets
     auto offset_value = [&](size_t input) -> shlo::Value {
       auto it = offset_values.find(input);
@@ -478,26 +559,36 @@ class Graph {
       program->params.push_back({ParamSource::Offset, static_cast<int>(input), shlo::ElemType::S64});
       return offset_values[input] = b.Param({shlo::ElemType::S64, {}});
     };
-    for (size_t i = 0; i < ops.slots.size(); ++i) {
-      const at::Tensor& t = ops.slots[i];
-      shlo::ElemType want = ToElemType(t.scalar_type());
-      if (ops.slot_is_cpu_scalar[i]) {
+    // Inputs that share a storage the graph writes share its parameter, so each view sees the
+    // writes. Any other input has a parameter of its own, the same buffer passed twice where
+    // two inputs are views of one storage: the program then does not depend on which inputs
+    // alias, which a program compiled ahead from example inputs cannot know.
+    std::unordered_set<const void*> written_storages;
+    for (const GNode& node : nodes_)
+      if (node.op == "aten::copy_") {
+        int64_t target = node.args.at(0).id;
+        if (target >= 0 && target < static_cast<int64_t>(slots.size())) written_storages.insert(slots[target].storage);
+      }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const Slot& slot = slots[i];
+      shlo::ElemType want = ToElemType(slot.dtype);
+      if (slot.cpu_scalar) {
         program->params.push_back({ParamSource::Scalar, static_cast<int>(i), want});
         values[i] = b.Param({want, {}});
         continue;
       }
-      TpuStorage* s = StorageOf(t);
-      auto it = storage_values.find(s);
+      const void* param_key = written_storages.count(slot.storage) ? slot.storage : &slot;
+      auto it = storage_values.find(param_key);
       shlo::Value storage;
       if (it != storage_values.end()) {
         storage = it->second;
       } else {
-        shlo::ElemType elem = s->buffer ? s->elem : want;
+        shlo::ElemType elem = slot.storage_elem;
         program->params.push_back({ParamSource::Storage, static_cast<int>(i), elem});
-        storage = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
-        storage_values[s] = storage;
+        storage = b.Param({elem, {slot.storage_nbytes / shlo::ByteSize(elem)}});
+        storage_values[param_key] = storage;
       }
-      values[i] = lowering::ReadViewOf(b, storage, want, GeometryOf(t), [&] { return offset_value(i); });
+      values[i] = lowering::ReadViewOf(b, storage, want, slot.geometry, [&] { return offset_value(i); });
     }
     std::vector<std::pair<size_t, shlo::Value>> mutations;
     std::vector<std::pair<shlo::Value, int64_t>> rng_params;
@@ -505,7 +596,7 @@ class Graph {
     for (const GNode& node : nodes_) {
       try {
         size_t rng_before = rng_params.size();
-        LowerNode(b, node, values, mutations, rng_params, ops.precision, &checks);
+        LowerNode(b, node, values, mutations, rng_params, precision, &checks);
         for (size_t r = rng_before; r < rng_params.size(); ++r) {
           // A state the node's lowering never read leaves the generator where it was.
           int64_t increment = b.Uses(rng_params[r].first) ? rng_params[r].second : 0;
@@ -531,11 +622,10 @@ class Graph {
       program->new_elems.push_back(ToElemType(t.dtype));
     }
     // Mutated inputs: write each new value into its storage (views write in place).
-    std::vector<TpuStorage*> written;
+    std::vector<const void*> written;
     for (const auto& [input, value] : mutations) {
-      const at::Tensor& t = ops.slots[input];
-      TpuStorage* s = StorageOf(t);
-      auto g = GeometryOf(t);
+      const void* s = slots[input].storage;
+      const lowering::ViewGeometry& g = slots[input].geometry;
       shlo::Value v = value;
       shlo::Value updated;
       if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
@@ -566,19 +656,22 @@ class Graph {
     for (const auto& p : b.params()) program->param_types.push_back(p.type);
     for (const auto& r : results) program->result_types.push_back(r.type);
     program->module_text = b.Module(results);
+    return gp;
+  }
+
+  void Compile(GraphProgram& gp, shlo::Precision precision) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      last_module_ = program->module_text;
+      last_module_ = gp.program->module_text;
     }
     try {
-      program->Compiled();
+      gp.program->Compiled();
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {
-      RethrowAsTorchError(e, "tpu: torch.compile: compiling graph " + name_ + LocateCompileFailure(ops.precision));
+      RethrowAsTorchError(e, "tpu: torch.compile: compiling graph " + name_ + LocateCompileFailure(precision));
     }
     g_graph_programs++;
-    return gp;
   }
 
   std::string name_;
@@ -589,6 +682,7 @@ class Graph {
   std::vector<int64_t> new_values_;  // distinct value ids returned as new tensors
   mutable std::mutex mu_;
   std::string last_module_;  // the text of the latest program built (for debugging)
+  std::string ahead_module_;  // compiled ahead (CompileAhead) and not yet compared with a first run's
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<GraphProgram>, KeyHash> programs_;
 };
 
@@ -600,6 +694,7 @@ void RegisterGraphBindings(py::module_& m) {
       .def(py::init<const py::tuple&>())
       .def("check", &Graph::Check)
       .def("run", &Graph::Run)
+      .def("compile_ahead", &Graph::CompileAhead)
       .def_property_readonly("num_programs", &Graph::num_programs)
       .def_property_readonly("module_text", &Graph::last_module);
   m.def(
@@ -608,6 +703,9 @@ void RegisterGraphBindings(py::module_& m) {
         py::dict d;
         d["compile_graph_runs"] = reset ? g_graph_runs.exchange(0) : g_graph_runs.load();
         d["compile_programs_built"] = reset ? g_graph_programs.exchange(0) : g_graph_programs.load();
+        d["compile_ahead_programs"] = reset ? g_ahead_programs.exchange(0) : g_ahead_programs.load();
+        d["compile_ahead_hits"] = reset ? g_ahead_hits.exchange(0) : g_ahead_hits.load();
+        d["compile_ahead_misses"] = reset ? g_ahead_misses.exchange(0) : g_ahead_misses.load();
         return d;
       },
       py::arg("reset") = false);

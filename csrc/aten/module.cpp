@@ -39,6 +39,7 @@ py::dict MetricsDict() {
   d["signature_cache_misses"] = m.signature_misses.load();
   d["programs_compiled"] = m.programs_compiled.load();
   d["compile_cache_hits"] = m.compile_cache_hits.load();
+  d["compile_in_flight_waits"] = m.compile_in_flight_waits.load();
   d["disk_cache_hits"] = m.disk_cache_hits.load();
   d["disk_cache_misses"] = m.disk_cache_misses.load();
   d["compile_time_s"] = m.compile_time_us.load() / 1e6;

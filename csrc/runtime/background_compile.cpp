@@ -34,6 +34,7 @@ struct Worker {
   std::deque<CompileTicket> jobs;
   int running = 0;
   int threads = 0;
+  bool exit_hooked = false;
 };
 
 // Never destroyed: the detached threads may still wait on it during static destruction.
@@ -98,6 +99,15 @@ void Loop() {
   }
 }
 
+// Before the first compile of a worker (under its mutex): finish compiles at exit, and give a
+// forked child a worker of its own.
+void HookExit(Worker& w) {
+  if (w.exit_hooked) return;
+  w.exit_hooked = true;
+  std::atexit(AwaitBackgroundCompiles);  // also covers exits that skip Python's atexit
+  pthread_atfork(nullptr, nullptr, ForgetWorkerInChild);
+}
+
 }  // namespace
 
 bool BackgroundCompileEnabled() {
@@ -115,10 +125,7 @@ CompileTicket CompileInBackground(std::string module, std::string name, std::fun
   job->done = std::move(done);
   job->worker = &w;
   std::lock_guard<std::mutex> lock(w.mu);
-  if (w.threads == 0) {
-    std::atexit(AwaitBackgroundCompiles);  // also covers exits that skip Python's atexit
-    pthread_atfork(nullptr, nullptr, ForgetWorkerInChild);
-  }
+  HookExit(w);
   // One more thread while every one is busy, up to the limit.
   if (w.threads < CompileThreads() && w.running + static_cast<int>(w.jobs.size()) >= w.threads) {
     std::thread(Loop).detach();
@@ -127,6 +134,23 @@ CompileTicket CompileInBackground(std::string module, std::string name, std::fun
   w.jobs.push_back(job);
   w.cv.notify_one();
   return job;
+}
+
+void CompileAhead(std::string module, std::string name, std::string detail) {
+  Worker& w = GetWorker();
+  auto job = std::make_shared<CompileJob>();
+  job->module = std::move(module);
+  job->name = std::move(name);
+  job->detail = std::move(detail);
+  job->done = [](pjrt::ExecutablePtr) {};
+  job->worker = &w;
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    HookExit(w);
+    job->state = CompileJob::kRunning;
+    w.running++;  // AwaitBackgroundCompiles waits for it
+  }
+  std::thread([&w, job] { Run(w, job); }).detach();
 }
 
 void FinishNow(const CompileTicket& ticket) {

@@ -30,6 +30,13 @@ bool BackgroundCompileEnabled();
 CompileTicket CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
                                   std::string detail = "");
 
+// Compiles `module` now on a thread of its own, at normal priority: a compiled graph's program,
+// built from the graph's example inputs before its first run, so that XLA works while PyTorch
+// is still tracing or running the step (a training step's backward compiles during its
+// forward). Its first run finds the executable, or waits for this compile (Runtime::Compile)
+// instead of starting another. A failure is dropped: the first run compiles again and raises.
+void CompileAhead(std::string module, std::string name, std::string detail = "");
+
 // Returns once the ticket's compile is done (its `done` has run): a job no worker has started is
 // taken from the queue and compiled on the calling thread, at its priority; one a worker runs is
 // waited for.

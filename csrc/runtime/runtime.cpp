@@ -319,6 +319,45 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   std::string key;
   if (pjrt::ExecutablePtr exe = Cached(module_text, op_name, detail, &key)) return exe;
   Metrics& m = GetMetrics();
+  std::promise<pjrt::ExecutablePtr> compiled;
+  {
+    std::unique_lock<std::mutex> lock(cache_mu_);
+    auto done = executables_.find(module_text);  // finished since Cached looked
+    if (done != executables_.end()) return done->second;
+    auto running = compiling_.find(module_text);
+    if (running != compiling_.end()) {
+      std::shared_future<pjrt::ExecutablePtr> other = running->second;
+      lock.unlock();
+      m.compile_in_flight_waits++;
+      std::optional<CompileNotice> waiting;
+      if (notice) waiting.emplace(op_name, cache_dir_);
+      return other.get();
+    }
+    compiling_.emplace(module_text, compiled.get_future().share());
+  }
+  // Whatever happens below, waiters get this thread's result, and the entry goes.
+  auto finish = [&](pjrt::ExecutablePtr exe, std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (exe) exe = executables_.emplace(module_text, exe).first->second;
+    compiling_.erase(module_text);
+    if (error) {
+      compiled.set_exception(error);
+    } else {
+      compiled.set_value(exe);
+    }
+    return exe;
+  };
+  try {
+    return finish(CompileUncached(module_text, op_name, notice, detail, key), nullptr);
+  } catch (...) {
+    finish(nullptr, std::current_exception());
+    throw;
+  }
+}
+
+pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, const std::string& op_name, bool notice,
+                                             const std::string& detail, const std::string& key) {
+  Metrics& m = GetMetrics();
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
   std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
@@ -349,10 +388,7 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
     std::lock_guard<std::mutex> lock(m.mu);
     m.slowest_compile_op = op_name;
   }
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  // Two threads may compile one module at once: both keep the first executable, so no
-  // executable (and its JIT code) is ever destroyed while the process runs.
-  return executables_.emplace(module_text, exe).first->second;
+  return exe;
 }
 
 size_t Runtime::compiled_programs() const {

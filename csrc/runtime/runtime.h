@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,7 +90,9 @@ class Runtime {
   // Compiles a module, or finds it in the memory cache, or loads it from the disk cache
   // ($TORCH_TPU_CACHE_DIR); `op_name` is for errors and metrics. `notice`: a caller waits on it
   // (compile_notice.h); background compiles keep quiet. `detail` only goes into the dump
-  // (TORCH_TPU_DUMP_DIR, dump.h), as does `op_name`.
+  // (TORCH_TPU_DUMP_DIR, dump.h), as does `op_name`. A module another thread is compiling
+  // (a compiled graph's program compiled ahead of its first run, a fused graph's background
+  // compile) is waited for, not compiled a second time; its failure is rethrown here too.
   pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name, bool notice = true,
                               const std::string& detail = "");
   // The executable of a module compiled before (memory cache, then disk cache); null if none.
@@ -151,6 +154,9 @@ class Runtime {
   // key instead of hashing the module text a second time.
   pjrt::ExecutablePtr Cached(const std::string& module_text, const std::string& op_name, const std::string& detail,
                              std::string* disk_key);
+  // Compile's work once no cache holds the module and no other thread compiles it.
+  pjrt::ExecutablePtr CompileUncached(const std::string& module_text, const std::string& op_name, bool notice,
+                                      const std::string& detail, const std::string& disk_key);
   // Writes the module to TORCH_TPU_DUMP_DIR when set (dump.h); returns the file ("" if none).
   std::string Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
                    bool from_disk, const std::string& disk_key);
@@ -167,6 +173,7 @@ class Runtime {
   size_t recount_at_programs_ = 0;                  // count again once this many programs are loaded
   mutable std::mutex cache_mu_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
+  std::unordered_map<std::string, std::shared_future<pjrt::ExecutablePtr>> compiling_;  // by module text
   std::mutex address_mu_;
   uintptr_t next_address_ = uintptr_t{1} << 44;
   std::map<uintptr_t, std::shared_ptr<TpuStorage>> storages_;  // ordered: LookupContaining finds the one below

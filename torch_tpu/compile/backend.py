@@ -10,7 +10,7 @@ from torch._dynamo.backends.common import aot_autograd
 from .. import _compile_stats as _stats
 from .. import _flex_attention
 from .decompositions import _decompositions
-from .partition import compile_fx
+from .partition import compile_ahead_enabled, compile_fx
 
 
 _DYNAMIC_MESSAGE = (
@@ -92,7 +92,12 @@ def backend(gm, example_inputs, **kwargs):
             keep_inference_input_mutations=True,
             partition_fn=_partition_fn(),
         )
-    return _aot_backend(gm, example_inputs)
+    if not compile_ahead_enabled():
+        return _aot_backend(gm, example_inputs)
+    # The backward graph is lowered with the forward, not at the first backward, so that its
+    # program compiles while the forward runs (partition.compile_fx).
+    with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+        return _aot_backend(gm, example_inputs)
 
 
 # Static shapes by default: without this, Dynamo's automatic dynamic shapes would turn the

@@ -174,6 +174,47 @@ def _boxed(fn):
     return run
 
 
+def compile_ahead_enabled():
+    """TORCH_TPU_COMPILE_AHEAD=0 compiles each program at its graph's first run instead."""
+    return os.environ.get("TORCH_TPU_COMPILE_AHEAD", "1") != "0"
+
+
+def _example(t, own_storage):
+    """How the C++ graph reads an example input (_Graph.compile_ahead); None when it can't.
+    `own_storage`: lay it out as a tensor of its own, offset 0, rather than as the example's
+    storage says (see _compile_ahead)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    if t.device.type == "cpu":
+        return (True, t.dtype, [], [], 0, 0, 0) if t.dim() == 0 else None
+    sizes, strides = [int(d) for d in t.shape], [int(d) for d in t.stride()]
+    if own_storage:
+        span = 0 if 0 in sizes else 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+        return (False, t.dtype, sizes, strides, 0, 0, span * t.element_size())
+    storage = t.untyped_storage()
+    return (False, t.dtype, sizes, strides, int(t.storage_offset()), storage._cdata, int(storage.nbytes()))
+
+
+def _compile_ahead(program, example_inputs, kind):
+    """Starts compiling the program for the example inputs' layout on another thread: the
+    backward's while the forward still runs, the forward's while Dynamo finishes its guards.
+    The first run finds it, or waits for it, unless its inputs are laid out otherwise.
+    A forward's examples are Dynamo's copies of the real inputs (views and storages alike).
+    A backward's are AOTAutograd's values of the forward's outputs, whose views share storages
+    where at run time each is a tensor of its own, as the forward program returns it."""
+    if example_inputs is None or not compile_ahead_enabled():
+        return
+    try:
+        examples = [_example(t, kind == "backward") for t in example_inputs]
+        examples += [_example(t, False) for t in program.constants]
+    except Exception:  # symbolic sizes, tensor subclasses: compiled at the first run instead
+        return
+    if all(e is not None for e in examples):
+        if kind == "backward":  # distinct storages: the C++ side tells them apart by id
+            examples = [e if e[0] or e[5] else e[:5] + (i + 1,) + e[6:] for i, e in enumerate(examples)]
+        program.graph.compile_ahead(examples)
+
+
 def compile_fx(gm, example_inputs=None, kind="graph"):
     """Lowers one AOTAutograd graph of ATen ops; returns a boxed callable."""
     name = _fresh_name(kind)
@@ -182,6 +223,7 @@ def compile_fx(gm, example_inputs=None, kind="graph"):
         return _boxed(gm)
     program, bad = _lower_whole(gm, name)
     if program is not None:
+        _compile_ahead(program, example_inputs, kind)
         return program
     fused = _partition(gm, bad, name)
     return _boxed(fused if fused is not None else gm)
