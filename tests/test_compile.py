@@ -641,8 +641,9 @@ def test_one_module_compiling_on_two_threads_is_compiled_once(tmp_path):
 
         x = torch.randn(8, 8, device="tpu")
         gm = make_fx(chain, tracing_mode="fake")(x)
+        before = torch_tpu.metrics()  # strict mode has compiled randn's program
         first, second = compile_fx(gm, [x], "forward"), compile_fx(gm, [x], "forward")
-        c = torch_tpu.metrics()
+        c = {k: v - before[k] for k, v in torch_tpu.metrics().items() if isinstance(v, (int, float))}
         torch.testing.assert_close(second([x]).cpu(), chain(x.cpu()), rtol=1e-4, atol=1e-4)
         print("RESULT", c["compile_ahead_programs"], c["programs_compiled"],
               c["compile_in_flight_waits"] + c["compile_cache_hits"] >= 1)
