@@ -85,7 +85,7 @@ def _run_then_report(argv):
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
         print(f"\n---- torch_tpu metrics after {target} ----")
-        print(torch_tpu.metrics.report())
+        print(torch_tpu.metrics.report(wait=True))  # the script is done: a settled picture
     return code
 
 

@@ -56,6 +56,7 @@ py::dict MetricsDict() {
   d["fused_graphs_op_by_op"] = m.fused_graphs_op_by_op.load();
   d["fused_ops"] = m.fused_ops.load();
   d["fused_compile_waits"] = m.fused_compile_waits.load();
+  d["background_compiles_pending"] = runtime::PendingBackgroundCompiles();
   d["fused_switches"] = m.fused_switches();
   d["host_to_device_bytes"] = m.host_to_device_bytes.load();
   d["device_to_host_bytes"] = m.device_to_host_bytes.load();

@@ -181,6 +181,7 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   (void)EnvInt("TORCH_TPU_FUSED_MAX_OPS", 1, INT64_MAX);  // read by fused mode, checked in every mode
   (void)EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX);
   (void)EnvInt("TORCH_TPU_FUSED_WAIT_AFTER", 0, INT64_MAX);
+  (void)EnvInt("TORCH_TPU_FUSED_WAIT_RATIO", 0, INT64_MAX);
   (void)EnvInt("TORCH_TPU_FUSED_COMPILE_THREADS", 1, 64);
   double wait_notice_s = EnvSeconds("TORCH_TPU_WAIT_NOTICE_S").value_or(5.0);
   auto plugin = pjrt::Plugin::Load(config_.plugin_path);
