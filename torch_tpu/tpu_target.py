@@ -67,6 +67,9 @@ class _Worker:
         env = dict(os.environ)
         # Without these libtpu asks the GCP metadata server about the TPU it runs on, 30 tries a key.
         env.setdefault("TPU_SKIP_MDS_QUERY", "1")
+        # libtpu takes /tmp/libtpu_lockfile to own the TPU; these workers own none, and several
+        # (other processes, other users' tests) may run at once.
+        env.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         log = os.environ.get("TORCH_TPU_TPU_COMPILER_LOG")  # where libtpu's own messages go
         stderr = open(log, "ab") if log else subprocess.DEVNULL

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace tpu::pjrt {
 namespace {
@@ -89,6 +90,28 @@ void ReadOptimizedProgram(const Plugin& plugin, PJRT_Executable* exe, TopologyPr
   if (program.format != nullptr) out->optimized_format.assign(program.format, program.format_size);
 }
 
+// libtpu assumes a host of 2x2x1 chips and rejects a topology smaller than that ("v6e:1x1 is not
+// divisible by chips_per_host_bounds 2x2x1"): such a topology is one host holding all its chips.
+std::vector<int64_t> SmallTopologyHostBounds(const std::string& name) {
+  size_t colon = name.find_last_of(":=_");
+  if (colon == std::string::npos) return {};
+  std::vector<int64_t> dims;
+  std::string rest = name.substr(colon + 1);
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t x = rest.find('x', start);
+    std::string part = rest.substr(start, x == std::string::npos ? std::string::npos : x - start);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) return {};
+    dims.push_back(std::stoll(part));
+    if (x == std::string::npos) break;
+    start = x + 1;
+  }
+  while (dims.size() < 3) dims.push_back(1);
+  if (dims.size() != 3) return {};
+  bool smaller = dims[0] < 2 || dims[1] < 2;
+  return smaller ? dims : std::vector<int64_t>{};
+}
+
 }  // namespace
 
 void SplitOptimalSeconds(double optimal_seconds, double* modelled_seconds, int64_t* unmodelled_instructions) {
@@ -116,6 +139,20 @@ TopologyCompiler::TopologyCompiler(const std::string& plugin_path, const std::st
   auto args = Args<PJRT_TopologyDescription_Create_Args>();
   args.topology_name = topology_name.data();
   args.topology_name_size = topology_name.size();
+  std::vector<int64_t> host_bounds = SmallTopologyHostBounds(topology_name);
+  PJRT_NamedValue option;
+  std::memset(&option, 0, sizeof(option));
+  static const char kHostBounds[] = "chips_per_host_bounds";
+  if (!host_bounds.empty()) {
+    option.struct_size = sizeof(option);
+    option.name = kHostBounds;
+    option.name_size = sizeof(kHostBounds) - 1;
+    option.type = PJRT_NamedValue_kInt64List;
+    option.int64_array_value = host_bounds.data();
+    option.value_size = host_bounds.size();
+    args.create_options = &option;
+    args.num_options = 1;
+  }
   plugin_->Check(api->PJRT_TopologyDescription_Create(&args),
                  ("creating TPU topology '" + topology_name + "' (names like v5e:2x2, v6e:1x1, v4:2x2x1)").c_str());
   topology_ = args.topology;
