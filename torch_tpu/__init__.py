@@ -67,6 +67,10 @@ from . import _other_accelerators  # noqa: E402
 _other_accelerators.install()  # a CUDA backward here fails; say why (see the module)
 _other_accelerators.warn_if_gpu_present()
 
+# TORCH_TPU_ALSO_COMPILE_FOR=v5e:2x2: every program is also compiled for a TPU topology (tpu_target.py).
+from . import tpu_target  # noqa: E402
+tpu_target._enable_from_environment()
+
 
 def _autograd_threads_started():
     """Whether PyTorch's autograd engine has started its device threads (named pt_autograd_N)."""

@@ -175,6 +175,11 @@ class Client {
 // on an empty one).
 std::string PortableCompileOptions();
 
+// The CompileOptionsProto for a program over num_replicas x num_partitions devices: the runtime's
+// portable single-device options for 1 x 1, otherwise the same build options with those counts,
+// SPMD partitioning when num_partitions > 1, and a device assignment of devices 0..n-1.
+std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions);
+
 size_t ElementSize(PJRT_Buffer_Type type);
 
 }  // namespace tpu::pjrt

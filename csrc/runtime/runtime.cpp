@@ -16,6 +16,7 @@
 #include "long_wait.h"
 #include "metrics.h"
 #include "program.h"
+#include "tpu_target.h"
 
 namespace tpu::runtime {
 namespace {
@@ -310,7 +311,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
   m.disk_cache_hits++;
   m.disk_load_time_us +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-  Dump(module_text, op_name, detail, /*from_disk=*/true, key);
+  LogForTpuTarget(op_name, module_text, Dump(module_text, op_name, detail, /*from_disk=*/true, key), true);
   std::lock_guard<std::mutex> lock(cache_mu_);
   return executables_.emplace(module_text, exe).first->second;
 }
@@ -362,6 +363,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
   std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
+  LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   std::optional<CompileNotice> waiting;
