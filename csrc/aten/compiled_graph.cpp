@@ -8,6 +8,7 @@
 #include <ATen/native/TypeProperties.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -219,6 +220,7 @@ class Graph {
       slot.storage_nbytes = e[6].cast<int64_t>();
       slot.storage_elem = ToElemType(slot.dtype);
       slot.geometry.storage_numel = slot.storage_nbytes / static_cast<int64_t>(c10::elementSize(slot.dtype));
+      slot.storage_dims = GuessBufferDims(slot.geometry);
       slots.push_back(std::move(slot));
     }
     shlo::Precision precision = MatmulPrecision();
@@ -258,9 +260,29 @@ class Graph {
     at::ScalarType dtype = at::ScalarType::Float;
     const void* storage = nullptr;
     shlo::ElemType storage_elem = shlo::ElemType::F32;  // of the storage's buffer (else of the dtype)
+    std::vector<int64_t> storage_dims;                   // of the storage's buffer (empty: 1-D)
     int64_t storage_nbytes = 0;
     lowering::ViewGeometry geometry;
   };
+
+  // The buffer dims of an example input's storage (unknown ahead of the run): a tensor that
+  // covers its storage densely (a parameter, an op's result, or their transpose) was most
+  // likely made in that memory order (runtime.h TpuStorage), else the buffer is 1-D.
+  static std::vector<int64_t> GuessBufferDims(const lowering::ViewGeometry& g) {
+    if (g.offset != 0) return {};
+    std::vector<size_t> order(g.sizes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return g.strides[a] > g.strides[c]; });
+    std::vector<int64_t> dims;
+    int64_t expected = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (g.sizes[*it] != 1 && g.strides[*it] != expected) return {};
+      expected *= g.sizes[*it];
+    }
+    if (expected != g.storage_numel) return {};
+    for (size_t i : order) dims.push_back(g.sizes[i]);
+    return TpuStorage::ShapedDims(dims);
+  }
 
   static Slot SlotOf(const at::Tensor& t, bool cpu_scalar) {
     Slot slot;
@@ -270,6 +292,7 @@ class Graph {
     TpuStorage* s = StorageOf(t);
     slot.storage = s;
     slot.storage_elem = s->buffer ? s->elem : ToElemType(t.scalar_type());
+    if (s->buffer) slot.storage_dims = s->dims;
     slot.storage_nbytes = static_cast<int64_t>(s->nbytes);
     slot.geometry = GeometryOf(t);
     return slot;
@@ -446,7 +469,8 @@ class Graph {
     program->name = "compiled graph " + name_;
     shlo::Builder b;
     std::vector<shlo::Value> values(value_types_.size());
-    std::unordered_map<const void*, shlo::Value> storage_values;
+    std::unordered_map<const void*, shlo::Value> storage_values;  // 1-D, as views read them
+    std::unordered_map<const void*, std::vector<int64_t>> storage_dims;  // of their buffers
     std::unordered_map<size_t, shlo::Value> offset_values;  // by input: run-time view offsets
     auto offset_value = [&](size_t input) -> shlo::Value {
       auto it = offset_values.find(input);
@@ -480,8 +504,11 @@ class Graph {
       } else {
         shlo::ElemType elem = slot.storage_elem;
         program->params.push_back({ParamSource::Storage, static_cast<int>(i), elem});
-        storage = b.Param({elem, {slot.storage_nbytes / shlo::ByteSize(elem)}});
+        std::vector<int64_t> dims = slot.storage_dims;
+        if (dims.empty()) dims = {slot.storage_nbytes / static_cast<int64_t>(shlo::ByteSize(elem))};
+        storage = lowering::StorageParam(b, elem, dims);
         storage_values[param_key] = storage;
+        storage_dims[param_key] = dims;
       }
       values[i] = lowering::ReadViewOf(b, storage, want, slot.geometry, [&] { return offset_value(i); });
     }
@@ -522,22 +549,25 @@ class Graph {
       const void* s = slots[input].storage;
       const lowering::ViewGeometry& g = slots[input].geometry;
       shlo::Value v = value;
-      shlo::Value updated;
+      shlo::Value updated, buffer;
       if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
         updated = b.Reshape(v, {g.storage_numel});
+        buffer = lowering::AsBuffer(b, v);
       } else {
         updated = lowering::WriteViewOf(b, storage_values.at(s), g, v, [&] { return offset_value(input); });
+        buffer = lowering::WrittenBuffer(b, g, v, updated, storage_dims.at(s));
       }
       storage_values[s] = updated;
+      storage_dims[s] = buffer.type.dims;
       size_t w = 0;
       while (w < written.size() && written[w] != s) ++w;
       if (w == written.size()) {
         written.push_back(s);
-        program->writes.push_back({static_cast<int>(input), updated.type.elem});
-        results.push_back(updated);
+        program->writes.push_back({static_cast<int>(input), buffer.type.elem});
+        results.push_back(buffer);
       } else {
-        results[new_values_.size() + w] = updated;
-        program->writes[w].elem = updated.type.elem;
+        results[new_values_.size() + w] = buffer;
+        program->writes[w].elem = buffer.type.elem;
       }
     }
     // One i1 result per device check, after the writes (device_checks.h): a failed check
