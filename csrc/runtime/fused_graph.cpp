@@ -135,9 +135,12 @@ void FusedGraph::Record(const Request& request) {
 
   // Results: fresh tensors and written storages now hold values of this graph.
   int r = first_result;
-  for (size_t i = 0; i < request.new_storages.size(); ++i)
-    MarkPending(request.new_storages[i], r++, p.new_elems[i], guards);
-  for (const WriteTarget& w : p.writes) MarkPending(request.storages[w.slot], r++, w.elem, guards);
+  for (size_t i = 0; i < request.new_storages.size(); ++i, ++r)
+    MarkPending(request.new_storages[i], r, p.new_elems[i], value_types_[r].dims, guards);
+  for (const WriteTarget& w : p.writes) {
+    MarkPending(request.storages[w.slot], r, w.elem, value_types_[r].dims, guards);
+    ++r;
+  }
   for (const CheckPtr& c : fresh) checks_.push_back({r++, c});
 }
 
@@ -357,9 +360,11 @@ int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
   return id;
 }
 
-void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards) {
+void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const std::vector<int64_t>& dims,
+                             const CheckSet& guards) {
   s->pending = true;
   s->elem = elem;
+  s->dims = TpuStorage::ShapedDims(dims);
   s->SetChecks(guards);
   storage_value_[s->uid] = value;
   elem_[s->uid] = elem;

@@ -62,17 +62,26 @@ pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
   if (!error.empty()) throw std::runtime_error(error);
   if (buffer) return buffer;
   elem = elem_if_new;
+  dims.clear();
   std::vector<char> zeros(nbytes, 0);
   buffer = Runtime::Get().client().FromHost(zeros.data(), ToPjrt(elem), {numel()}, device);
   return buffer;
 }
 
-void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards) {
+std::vector<int64_t> TpuStorage::ShapedDims(const std::vector<int64_t>& buffer_dims) {
+  if (buffer_dims.size() < 2) return {};
+  for (int64_t d : buffer_dims)
+    if (d == 0) return {};
+  return buffer_dims;
+}
+
+void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards, const std::vector<int64_t>& buffer_dims) {
   // The open graph would later overwrite this value with a stale one: run it first.
   if (pending) Executor::Get().Flush("overwrite of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
+  dims = ShapedDims(buffer_dims);
   error.clear();
   checks = std::move(guards);
   guarded.store(!checks.empty(), std::memory_order_release);
