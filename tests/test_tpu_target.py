@@ -127,7 +127,14 @@ def test_compiler_abort_is_an_error_row():
     aborted = [r for r in rows if not r["ok"]]
     assert aborted and "the TPU compiler aborted (signal 6" in aborted[0]["error"]
     # The worker was restarted: the next program compiles.
-    _, rows = _new_rows(lambda: (x.to("tpu") * 3).cpu())
+    # (A shape no other test uses, in strict mode: a program already in this process's cache is
+    # not compiled again, so it would not be reported.)
+    y = torch.randn(17, 3)
+
+    def next_program():
+        with torch_tpu.eager_mode("strict"):
+            return (y.to("tpu") * 3).cpu()
+    _, rows = _new_rows(next_program)
     assert all(r["ok"] for r in rows)
 
 
