@@ -20,8 +20,8 @@ Variants, each in a process of its own (only programs new to a process are compi
 
 Columns: programs, GFLOP, HBM GB ("bytes accessed"), modelled ms (the modelled part of optimal_seconds;
 `unmod` counts the instructions the model could not estimate), copies (copy instructions in the
-TPU-optimised HLO), param copies (copies whose operand is an entry parameter: a relayout of an input
-buffer), and the ratios against JAX's program.
+TPU-optimised HLO), pcopy (copies whose operand is an entry parameter), prel (those of them that change
+the parameter's layout: a relayout of an input buffer), and the ratios against JAX's program.
 
 --s64 also compiles each torch-tpu program a second time with its 64-bit integer arithmetic rewritten
 to 32 bits (a text rewrite of the StableHLO, for measuring only: s64 -> s32 wherever it appears) and
@@ -52,23 +52,33 @@ LLAMA = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hid
              tie_word_embeddings=False)
 
 
+def _entry(hlo):
+    """The entry computation's lines: after "ENTRY", else the computation named main*, else the last."""
+    blocks = re.split(r"\n(?=\S[^\n]*\{\s*\n)", hlo)
+    for b in blocks:
+        if b.startswith("ENTRY "):
+            return b
+    mains = [b for b in blocks if b.startswith("main")]
+    return (mains or blocks or [""])[-1]
+
+
 def param_copies(hlo):
-    """Copy instructions in the entry computation whose operand is one of its parameters, and copy
-    fusions (a fusion whose root is a copy or transpose) fed only by a parameter."""
-    entry = hlo[hlo.find("\nENTRY "):] if "\nENTRY " in hlo else ""
-    params, count = set(), 0
-    for line in entry.splitlines():
-        m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = .*? (\w[\w\-]*)\((.*?)\)", line)
+    """(copies of an entry parameter, those of them that change its layout: relayouts). A copy is a
+    copy or copy-start instruction whose operand is an entry parameter."""
+    shapes, count, relayouts = {}, 0, 0
+    for line in _entry(hlo).splitlines():
+        m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (.*) (parameter|copy|copy-start)\((.*?)\)", line)
         if not m:
             continue
-        name, op, operands = m.groups()
+        name, shape, op, operand = m.groups()
         if op == "parameter":
-            params.add(name)
-        elif op in ("copy", "copy-start") or (op == "fusion" and "copy" in line.split("calls=")[-1][:40]):
-            ops = [o.strip().split()[-1].lstrip("%") for o in operands.split(",") if o.strip()]
-            if ops and all(o in params for o in ops):
-                count += 1
-    return count
+            shapes[name] = shape
+        elif operand.lstrip("%") in shapes:
+            count += 1
+            src = shapes[operand.lstrip("%")]
+            dst = re.search(r"[a-z0-9]+\[[^\]]*\]\{[^}]*\}", shape[1:] if op == "copy-start" else shape)
+            relayouts += bool(dst) and dst.group(0) != src
+    return count, relayouts
 
 
 def to_s32(text):
@@ -79,7 +89,8 @@ def to_s32(text):
 def _sum(rows, s64_rows=None):
     t = tpu_target.totals(rows)
     out = {"gflop": t["gflop"], "gb": t["hbm_mb"] / 1e3, "ms": t["modelled_ms"], "unmod": t["unmodelled"],
-           "copies": t["copies"], "param_copies": sum(param_copies(r["optimized_hlo"]) for r in rows if r["ok"]),
+           "copies": t["copies"], "param_copies": sum(param_copies(r["optimized_hlo"])[0] for r in rows if r["ok"]),
+           "param_relayouts": sum(param_copies(r["optimized_hlo"])[1] for r in rows if r["ok"]),
            "errors": t["errors"], "programs": t["programs"],
            "error_text": [r["error"].splitlines()[0][:200] for r in rows if not r["ok"] and r["error"]][:3]}
     if s64_rows is not None:
@@ -266,7 +277,7 @@ def main():
     variants = a.variants.split(",")
     print(f"libtpu cost model for {a.topology}: the compiler's estimates, not measurements (no TPU ran anything)")
     print(f"{'workload':<26} {'variant':<9} {'progs':>5} {'GFLOP':>8} {'HBM GB':>8} {'model ms':>9} {'unmod':>5} "
-          f"{'copies':>6} {'pcopy':>5} {'GB/JAX':>7} {'ms/JAX':>7}", flush=True)
+          f"{'copies':>6} {'pcopy':>5} {'prel':>4} {'GB/JAX':>7} {'ms/JAX':>7}", flush=True)
     results = {}
     table = workloads(a.llama_batch)
     for key in a.only.split(","):
@@ -284,12 +295,12 @@ def main():
             gb_r = _ratio(t["gb"], jax_t["gb"]) if jax_t else float("nan")
             ms_r = _ratio(t["ms"], jax_t["ms"]) if jax_t else float("nan")
             print(f"{name:<26} {variant:<9} {t['programs']:>5} {t['gflop']:8.2f} {t['gb']:8.4f} {t['ms']:9.4f} "
-                  f"{t['unmod']:>5} {t['copies']:>6} {t['param_copies']:>5} {gb_r:7.2f} {ms_r:7.2f}"
+                  f"{t['unmod']:>5} {t['copies']:>6} {t['param_copies']:>5} {t['param_relayouts']:>4} {gb_r:7.2f} {ms_r:7.2f}"
                   + (f"  ({t['errors']} errors: {t['error_text']})" if t["errors"] else ""), flush=True)
             if "s32" in t:
                 s = t["s32"]
                 print(f"{'':<26} {'  as s32':<9} {s['programs_with_s64']:>5} {'':>8} {s['gb']:8.4f} {s['ms']:9.4f} "
-                      f"{'':>5} {'':>6} {'':>5} {_ratio(t['gb'], s['gb']):7.3f} {_ratio(t['ms'], s['ms']):7.3f}"
+                      f"{'':>5} {'':>6} {'':>5} {'':>4} {_ratio(t['gb'], s['gb']):7.3f} {_ratio(t['ms'], s['ms']):7.3f}"
                       f"  (s64/s32; {s['errors']} errors)", flush=True)
     if a.json:
         with open(a.json, "w") as f:
