@@ -193,6 +193,7 @@ def _process(programs):
                 row = _row(name, topology, {"compiled": False, "error": str(e)})
             row["from_disk"] = from_disk
             row["dump_path"] = dump_path
+            row["module_text"] = text
             if dump_path and row["optimized_hlo"]:
                 _dump_beside(dump_path, topology, row["optimized_hlo"])
             with _state_lock:
@@ -264,7 +265,8 @@ def topologies():
 
 
 def report(wait=True, clear=False):
-    """The rows so far (list of dicts, see compile_module, plus from_disk and dump_path). ``wait``: first
+    """The rows so far (list of dicts, see compile_module, plus from_disk, dump_path and module_text,
+    the StableHLO compiled). ``wait``: first
     compiles every program still queued."""
     if wait and topologies():
         from . import _C
