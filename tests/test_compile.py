@@ -245,6 +245,32 @@ def test_new_shape_recompiles_with_reason():
     assert delta(before, "compile_programs_built") == 2  # static shapes: one program per shape
 
 
+def test_input_shaped_otherwise_is_relaid_not_recompiled():
+    """A reshape of a permuted tensor is a view of its clone, whose buffer keeps the clone's
+    shape (diffusers packs Flux latents so). The graph's program is built for inputs shaped like
+    themselves: such an input is laid out once on the device, and no second program is built."""
+    def f(x):
+        return (x * 2 + 1).sum(-1)
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="tpu")
+    base = torch.randn(2, 3, 4)
+    plain = torch.randn(2, 12)
+    before = counters()
+    assert_close(g(plain.to("tpu")).cpu(), f(plain))
+    clone = base.to("tpu").permute(0, 2, 1).contiguous()  # its buffer: [2, 4, 3]
+    packed = clone.view(2, 12)
+    expected_packed = base.permute(0, 2, 1).reshape(2, 12)
+    assert_close(g(packed).cpu(), f(expected_packed))
+    assert delta(before, "compile_programs_built") == 1
+    assert delta(before, "compile_input_relayouts") == 1
+    # The storage kept its value: both views read it as the CPU does.
+    assert torch.equal(packed.cpu(), expected_packed)
+    assert torch.equal(clone.cpu(), base.permute(0, 2, 1).contiguous())
+    clone.add_(1)  # a write through the other view lands in the relaid storage
+    assert torch.equal(packed.cpu(), expected_packed + 1)
+
+
 def test_dynamic_true_is_refused():
     g = torch.compile(lambda x: x + 1, backend="tpu", dynamic=True)
     with pytest.raises(Exception, match="static shapes only"):

@@ -127,6 +127,11 @@ std::string Describe(const c10::IValue& v) {
     std::ostringstream s;
     s << c10::toString(t.scalar_type()) << t.sizes() << " strides " << t.strides() << " offset " << t.storage_offset()
       << (t.device().type() == kTpu ? "" : " on " + t.device().str());
+    // The storage's buffer is keyed too (operands.cpp): its element type and shape, or unwritten.
+    if (runtime::TpuStorage* st = t.device().type() == kTpu ? StorageOf(t) : nullptr) {
+      if (st->buffer || st->pending) s << " in buffer " << shlo::MlirName(st->elem) << c10::IntArrayRef(st->BufferDims());
+      else s << " in an unwritten buffer";
+    }
     return s.str();
   }
   if (v.isScalar()) return std::string("Scalar ") + v.tagKind();

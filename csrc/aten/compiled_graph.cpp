@@ -20,6 +20,7 @@
 #include "graph_description.h"
 #include "operands.h"
 #include "precision.h"
+#include "storage_layout.h"
 #include "torch_compat.h"
 #include "../runtime/background_compile.h"
 #include "../runtime/executor.h"
@@ -45,6 +46,8 @@ std::atomic<int64_t> g_graph_runs{0}, g_graph_programs{0};
 // Programs compiled ahead of their graph's first run, and first runs that found theirs (a
 // hit) or built another (a miss: the inputs' layout or aliasing differed from the examples').
 std::atomic<int64_t> g_ahead_programs{0}, g_ahead_hits{0}, g_ahead_misses{0};
+// Inputs whose storage was laid out in their own shape before a run (ShapeStorageLike).
+std::atomic<int64_t> g_input_relayouts{0};
 
 class Graph {
  public:
@@ -142,19 +145,31 @@ class Graph {
     // Operands: the inputs as slots (a value the open fused graph computes is needed now).
     Operands ops;
     std::vector<int64_t> key;
-    std::vector<TpuStorage*> seen;
-    key.reserve(n * 8);
-    ops.precision = MatmulPrecision();
-    key.push_back(static_cast<int64_t>(ops.precision));
-    for (const at::Tensor& t : tensors) {
-      if (t.device().is_privateuseone() && StorageOf(t)->pending) Executor::Get().Flush("compiled graph input");
-      AddTensor(ops, key, t, seen);
-    }
-    std::shared_ptr<GraphProgram> program;
-    {
+    auto collect = [&] {
+      ops = Operands();
+      key.clear();
+      key.reserve(n * 8);
+      std::vector<TpuStorage*> seen;
+      ops.precision = MatmulPrecision();
+      key.push_back(static_cast<int64_t>(ops.precision));
+      for (const at::Tensor& t : tensors) {
+        if (t.device().is_privateuseone() && StorageOf(t)->pending) Executor::Get().Flush("compiled graph input");
+        AddTensor(ops, key, t, seen);
+      }
+    };
+    auto find = [&] {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = programs_.find(key);
-      if (it != programs_.end()) program = it->second;
+      return it != programs_.end() ? it->second : nullptr;
+    };
+    collect();
+    std::shared_ptr<GraphProgram> program = find();
+    // Programs are built for dense inputs in buffers of their own shape: an input whose
+    // storage is shaped otherwise (the first step's latents, packed by a reshape of a permuted
+    // tensor) is laid out so once, on the device, rather than compiling the graph again.
+    if (!program && ShapeDenseInputs(tensors)) {
+      collect();
+      program = find();
     }
     if (!program) {
       std::vector<Slot> slots;
@@ -220,7 +235,9 @@ class Graph {
       slot.storage_nbytes = e[6].cast<int64_t>();
       slot.storage_elem = ToElemType(slot.dtype);
       slot.geometry.storage_numel = slot.storage_nbytes / static_cast<int64_t>(c10::elementSize(slot.dtype));
-      slot.storage_dims = GuessBufferDims(slot.geometry);
+      // The buffer dims are unknown ahead of the run: a dense input was most likely made in its
+      // memory order, and Run lays out those that were not so (ShapeStorageLike).
+      slot.storage_dims = DenseBufferDims(slot.geometry);
       slots.push_back(std::move(slot));
     }
     shlo::Precision precision = MatmulPrecision();
@@ -265,23 +282,19 @@ class Graph {
     lowering::ViewGeometry geometry;
   };
 
-  // The buffer dims of an example input's storage (unknown ahead of the run): a tensor that
-  // covers its storage densely (a parameter, an op's result, or their transpose) was most
-  // likely made in that memory order (runtime.h TpuStorage), else the buffer is 1-D.
-  static std::vector<int64_t> GuessBufferDims(const lowering::ViewGeometry& g) {
-    if (g.offset != 0) return {};
-    std::vector<size_t> order(g.sizes.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return g.strides[a] > g.strides[c]; });
-    std::vector<int64_t> dims;
-    int64_t expected = 1;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      if (g.sizes[*it] != 1 && g.strides[*it] != expected) return {};
-      expected *= g.sizes[*it];
-    }
-    if (expected != g.storage_numel) return {};
-    for (size_t i : order) dims.push_back(g.sizes[i]);
-    return TpuStorage::ShapedDims(dims);
+  // ShapeStorageLike on each dense input whose storage no other input views; whether any
+  // storage was relaid.
+  static bool ShapeDenseInputs(const std::vector<at::Tensor>& tensors) {
+    std::unordered_map<const void*, int> views;
+    for (const at::Tensor& t : tensors)
+      if (t.device().is_privateuseone()) views[StorageOf(t)]++;
+    bool relaid = false;
+    for (const at::Tensor& t : tensors)
+      if (t.device().is_privateuseone() && views[StorageOf(t)] == 1 && ShapeStorageLike(t)) {
+        g_input_relayouts++;
+        relaid = true;
+      }
+    return relaid;
   }
 
   static Slot SlotOf(const at::Tensor& t, bool cpu_scalar) {
@@ -631,6 +644,7 @@ void RegisterGraphBindings(py::module_& m) {
         d["compile_ahead_programs"] = reset ? g_ahead_programs.exchange(0) : g_ahead_programs.load();
         d["compile_ahead_hits"] = reset ? g_ahead_hits.exchange(0) : g_ahead_hits.load();
         d["compile_ahead_misses"] = reset ? g_ahead_misses.exchange(0) : g_ahead_misses.load();
+        d["compile_input_relayouts"] = reset ? g_input_relayouts.exchange(0) : g_input_relayouts.load();
         return d;
       },
       py::arg("reset") = false);
