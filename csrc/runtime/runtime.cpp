@@ -217,6 +217,12 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   // Every platform but the XLA CPU plugin compiles chlo.ragged_dot (TORCH_TPU_RAGGED_DOT=0/1 overrides).
   const char* ragged = std::getenv("TORCH_TPU_RAGGED_DOT");
   lowering::SetRaggedDot(ragged && *ragged ? std::string(ragged) != "0" : client_->platform_name() != "cpu");
+  // Programs for a TPU (this one, or TORCH_TPU_ALSO_COMPILE_FOR's) avoid what libtpu cannot compile
+  // (TORCH_TPU_TPU_LOWERINGS=0/1 overrides).
+  const char* tpu_lowerings = std::getenv("TORCH_TPU_TPU_LOWERINGS");
+  const char* also_for = std::getenv("TORCH_TPU_ALSO_COMPILE_FOR");
+  lowering::SetTpuTarget(tpu_lowerings && *tpu_lowerings ? std::string(tpu_lowerings) != "0"
+                                                         : client_->platform_name() == "tpu" || (also_for && *also_for));
   if (client_->platform_name() == "cpu") {
     long long max_maps = 65530;
     if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
