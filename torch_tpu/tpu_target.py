@@ -5,7 +5,9 @@
 cache (strict per-op programs, fused graphs, torch.compile graphs, custom kernels) is also compiled by
 libtpu for that topology, and :func:`report` gives one row per program: whether it compiled (or the
 compiler's error), the cost model's FLOPs, HBM bytes and time, memory and relayout copies. These are
-the compiler's estimates, not measurements.
+the compiler's estimates, not measurements. The programs compiled are the ones this process builds for
+its own platform; on a non-TPU platform set TORCH_TPU_TPU_LOWERINGS=1 as well to build (and run) the
+variants a TPU would build (README, "TPU refusals").
 
 libtpu aborts the whole process on some programs (a convert from f32 to complex<f64>), so it runs in a
 worker process (torch_tpu/_tpu_compile_worker.py) that is restarted after a crash, and the program is
@@ -182,15 +184,23 @@ def _dump_beside(dump_path, topology, hlo):
         print(f"torch_tpu: cannot write {path}: {e}", file=sys.stderr)
 
 
+_compiled = {}  # (topology, module text) -> its row: a program built twice is compiled once
+
+
 def _process(programs):
     with _state_lock:
         topologies = list(_topologies)
     for name, text, dump_path, from_disk in programs:
         for topology in topologies:
-            try:
-                row = compile_module(text, topology, name=name)
-            except TpuTargetError as e:
-                row = _row(name, topology, {"compiled": False, "error": str(e)})
+            known = _compiled.get((topology, text))
+            if known is not None:
+                row = dict(known, name=name)
+            else:
+                try:
+                    row = compile_module(text, topology, name=name)
+                    _compiled[(topology, text)] = row
+                except TpuTargetError as e:
+                    row = _row(name, topology, {"compiled": False, "error": str(e)})
             row["from_disk"] = from_disk
             row["dump_path"] = dump_path
             row["module_text"] = text

@@ -48,6 +48,8 @@ struct ConvSpec {
 };
 
 Value Convolution(Ctx& ctx, Value lhs, Value rhs, const ConvSpec& s, const TensorType& result) {
+  // "rewriting computation to not contain X64 ... not implemented" for convolution.
+  if (lhs.type.elem == ElemType::S64 || lhs.type.elem == ElemType::U64) RefuseOnTpu(ctx, "convolution of int64");
   int64_t n = lhs.type.rank() - 2;
   auto layout = [&](const std::string& two) {
     return Layout(std::string(1, two[0]).c_str(), std::string(1, two[1]).c_str(), n);

@@ -27,6 +27,8 @@ Value MoveBack(Ctx& ctx, Value x, const std::vector<int64_t>& perm) {
 
 // One stablehlo.fft over the last `lengths.size()` dims.
 Value Fft(Ctx& ctx, Value x, const char* type, const std::vector<int64_t>& lengths, const TensorType& result) {
+  if (x.type.elem == ElemType::F64 || x.type.elem == ElemType::C128)  // "Unexpected operand type for FFT"
+    RefuseOnTpu(ctx, std::string("FFT of ") + (x.type.elem == ElemType::F64 ? "float64" : "complex128"));
   std::string attrs = std::string("fft_type = #stablehlo<fft_type ") + type + ">, fft_length = " + shlo::DenseI64(lengths);
   return ctx.b.Op1("stablehlo.fft", {x}, result, attrs);
 }

@@ -178,6 +178,14 @@ void SetRaggedDot(bool supported);
 bool RaggedDotInUse();
 // aten::_grouped_mm programs lowered per formulation: {"ragged_dot": n, "tiled": n}.
 std::map<std::string, int64_t> GroupedMmLowerings();
+// tpu_target: programs are for a TPU (the platform is one, or the process also compiles for a
+// TPU topology). Lowerings libtpu's compiler cannot take then take another form (s64 dots as
+// sums: shlo::SetX64DotsAsReductions) or refuse at the op (RefuseOnTpu, tpu_refusals.cpp).
+void SetTpuTarget(bool on);
+bool TpuTarget();
+// Where TpuTarget(), throws a clear error naming ctx.op and `what` (e.g. "FFT of float64"):
+// the op has no lowering that libtpu compiles. README lists every such refusal.
+void RefuseOnTpu(const Ctx& ctx, const std::string& what);
 
 // Shared helpers (rule 6): every rule converts and broadcasts through these.
 Value ConvertTo(Ctx& ctx, Value v, ElemType elem);

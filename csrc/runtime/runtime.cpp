@@ -217,6 +217,11 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   // Every platform but the XLA CPU plugin compiles chlo.ragged_dot (TORCH_TPU_RAGGED_DOT=0/1 overrides).
   const char* ragged = std::getenv("TORCH_TPU_RAGGED_DOT");
   lowering::SetRaggedDot(ragged && *ragged ? std::string(ragged) != "0" : client_->platform_name() != "cpu");
+  // Programs for a TPU avoid what libtpu cannot compile: always on a TPU platform; elsewhere
+  // TORCH_TPU_TPU_LOWERINGS=1 builds the TPU variants (they run on any plugin), e.g. so that
+  // TORCH_TPU_ALSO_COMPILE_FOR compiles what a TPU would run. Off by default there, because the
+  // variants refuse a few ops (README, "TPU refusals") that the platform itself runs.
+  lowering::SetTpuTarget(client_->platform_name() == "tpu" || EnvInt("TORCH_TPU_TPU_LOWERINGS", 0, 1).value_or(0) == 1);
   if (client_->platform_name() == "cpu") {
     long long max_maps = 65530;
     if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {

@@ -245,8 +245,24 @@ Value Builder::Iota(const TensorType& type, int64_t dim) {
   return Op1("stablehlo.iota", {}, type, "iota_dimension = " + std::to_string(dim) + " : i64");
 }
 
+// A convert into complex<f64>, or between complex widths, is built from its parts: libtpu's
+// compiler aborts the process on one stablehlo.convert from any type to c128 or from c128 to
+// c64 ("Unsupported CVT X{64|128} expansion"); the parts convert on every platform.
 Value Builder::Convert(Value v, ElemType to) {
   if (v.type.elem == to) return v;
+  if (IsComplex(to) && (to == ElemType::C128 || IsComplex(v.type.elem))) {
+    TensorType part{to == ElemType::C64 ? ElemType::F32 : ElemType::F64, v.type.dims};
+    Value re, im;
+    if (IsComplex(v.type.elem)) {
+      TensorType from_part{v.type.elem == ElemType::C64 ? ElemType::F32 : ElemType::F64, v.type.dims};
+      re = Convert(Op1("stablehlo.real", {v}, from_part), part.elem);
+      im = Convert(Op1("stablehlo.imag", {v}, from_part), part.elem);
+    } else {
+      re = Convert(v, part.elem);
+      im = Constant(0, part);
+    }
+    return Op1("stablehlo.complex", {re, im}, {to, v.type.dims});
+  }
   return Op1("stablehlo.convert", {v}, {to, v.type.dims});
 }
 
@@ -395,14 +411,58 @@ Precision ProductPrecision(ElemType elem, Precision f32) {
   return elem == ElemType::F64 ? Precision::Highest : Precision::Default;
 }
 
+namespace {
+bool x64_dots_as_reductions = false;
+bool IsX64Integer(ElemType t) { return t == ElemType::S64 || t == ElemType::U64; }
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  for (int64_t y : v) if (y == x) return true;
+  return false;
+}
+}  // namespace
+
+void SetX64DotsAsReductions(bool on) { x64_dots_as_reductions = on; }
+bool X64DotsAsReductions() { return x64_dots_as_reductions; }
+
+// The dot as a broadcast multiply over [batch, lhs free, rhs free, contracting] summed over
+// the contracting dims: the same wrapping 64-bit sums, in ops libtpu compiles.
+Value Builder::DotAsReduction(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                              const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                              const std::vector<int64_t>& rhs_contract, ElemType result_elem) {
+  std::vector<int64_t> lhs_perm = lhs_batch, rhs_perm = rhs_batch, lhs_free, rhs_free;
+  for (int64_t i = 0; i < lhs.type.rank(); ++i)
+    if (!Contains(lhs_batch, i) && !Contains(lhs_contract, i)) lhs_free.push_back(i);
+  for (int64_t i = 0; i < rhs.type.rank(); ++i)
+    if (!Contains(rhs_batch, i) && !Contains(rhs_contract, i)) rhs_free.push_back(i);
+  lhs_perm.insert(lhs_perm.end(), lhs_free.begin(), lhs_free.end());
+  lhs_perm.insert(lhs_perm.end(), lhs_contract.begin(), lhs_contract.end());
+  rhs_perm.insert(rhs_perm.end(), rhs_free.begin(), rhs_free.end());
+  rhs_perm.insert(rhs_perm.end(), rhs_contract.begin(), rhs_contract.end());
+  Value l = Convert(Transpose(lhs, lhs_perm), result_elem), r = Convert(Transpose(rhs, rhs_perm), result_elem);
+  int64_t nb = lhs_batch.size(), nl = lhs_free.size(), nr = rhs_free.size(), nc = lhs_contract.size();
+  std::vector<int64_t> dims, lhs_map, rhs_map, contract;
+  for (int64_t i = 0; i < nb + nl; ++i) dims.push_back(l.type.dims[i]);
+  for (int64_t i = 0; i < nr; ++i) dims.push_back(r.type.dims[nb + i]);
+  for (int64_t i = 0; i < nc; ++i) dims.push_back(l.type.dims[nb + nl + i]);
+  for (int64_t i = 0; i < nb + nl; ++i) lhs_map.push_back(i);
+  for (int64_t i = 0; i < nb; ++i) rhs_map.push_back(i);
+  for (int64_t i = 0; i < nr; ++i) rhs_map.push_back(nb + nl + i);
+  for (int64_t i = 0; i < nc; ++i) {
+    lhs_map.push_back(nb + nl + nr + i);
+    rhs_map.push_back(nb + nl + nr + i);
+    contract.push_back(nb + nl + nr + i);
+  }
+  Value product = Binary("multiply", BroadcastInDim(l, dims, lhs_map), BroadcastInDim(r, dims, rhs_map));
+  if (contract.empty()) return product;
+  return Reduce(product, Constant(0, {result_elem, {}}), contract, "add");
+}
+
 Value Builder::DotGeneral(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
                           const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
                           const std::vector<int64_t>& rhs_contract, ElemType result_elem, Precision f32) {
+  if (x64_dots_as_reductions && (IsX64Integer(lhs.type.elem) || IsX64Integer(result_elem)))
+    return DotAsReduction(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result_elem);
   std::vector<int64_t> dims;
-  auto contains = [](const std::vector<int64_t>& v, int64_t x) {
-    for (int64_t y : v) if (y == x) return true;
-    return false;
-  };
+  auto contains = Contains;
   for (int64_t d : lhs_batch) dims.push_back(lhs.type.dims[d]);
   for (int64_t i = 0; i < lhs.type.rank(); ++i)
     if (!contains(lhs_batch, i) && !contains(lhs_contract, i)) dims.push_back(lhs.type.dims[i]);

@@ -31,6 +31,12 @@ const char* PrecisionName(Precision p);  // "DEFAULT", "HIGH", "HIGHEST"
 // setting is about f32), other types DEFAULT (half types accumulate in f32 regardless).
 Precision ProductPrecision(ElemType elem, Precision f32);
 
+// Platform choice, set once before anything is lowered: libtpu cannot compile a dot_general
+// over s64/u64 ("rewriting computation to not contain X64 ... not implemented"), so for TPU
+// targets DotGeneral emits those as DotAsReduction.
+void SetX64DotsAsReductions(bool on);
+bool X64DotsAsReductions();
+
 struct TensorType {
   ElemType elem = ElemType::F32;
   std::vector<int64_t> dims;
@@ -109,6 +115,11 @@ class Builder {
                    const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
                    const std::vector<int64_t>& rhs_contract, ElemType result_elem,
                    Precision f32 = Precision::Highest);
+  // DotGeneral as a broadcast multiply and a sum (what DotGeneral emits for s64/u64 where
+  // X64DotsAsReductions()).
+  Value DotAsReduction(Value lhs, Value rhs, const std::vector<int64_t>& lhs_batch,
+                       const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                       const std::vector<int64_t>& rhs_contract, ElemType result_elem);
   // 1-D gather: result[i...] = operand[indices[i...]] for a rank-1 operand.
   Value Gather1D(Value operand, Value indices);
   // 1-D scatter that overwrites operand[indices[i]] = updates[i] (rank-1 operand).
