@@ -34,6 +34,9 @@ from . import _C  # noqa: E402
 __all__ = ["metrics", "reset_metrics", "native_ops", "platform", "set_eager_mode", "get_eager_mode", "eager_mode"]
 
 _plugin_choice = _plugin.choose()
+from . import launch_env as _launch_env  # noqa: E402
+
+_launch_env.apply(_plugin_choice.how)  # one chip per process under torchrun (libtpu reads these at start)
 # The device count (TORCH_TPU_NUM_DEVICES) is read and checked when the runtime starts, so a
 # bad value fails the first use with an error naming it, not `import torch`.
 _C._configure(_plugin_choice.path, 0)
