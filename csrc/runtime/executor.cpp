@@ -126,6 +126,8 @@ void Executor::Flush(const char* cause) {
   graph_->Flush(cause);
 }
 
+void Executor::AwaitFlush() { GraphLock lock(graph_mu_); }
+
 void Executor::Sync(const char* cause) { Flush(cause); }
 
 pjrt::BufferPtr Executor::ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload) {
