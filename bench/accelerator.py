@@ -203,7 +203,7 @@ def run_setup(setup, args):
     res["rounds"] = per_round
     res["median"] = {w: statistics.median(v) for w, v in per_round.items()}
     if tpu:
-        m = torch_tpu.metrics()  # waits for background compiles: the dump is complete after it
+        m = torch_tpu.metrics(wait=True)  # waits for background compiles: the dump is complete after it
         res["metrics"] = {k: m.get(k) for k in ("programs_compiled", "compile_time_s", "slowest_compile_s",
                                                 "fused_graphs_run", "fused_graphs_compiled", "fused_graphs_op_by_op", "fused_switches", "fused_compile_waits",
                                                 "compile_ahead_programs", "compile_ahead_hits", "compile_ahead_misses",

@@ -62,7 +62,7 @@ def main():
         for _ in range(3 * graph_ops):
             tpu_add()
         torch.tpu.synchronize()
-        torch_tpu.metrics()
+        torch_tpu.metrics(wait=True)
         warmup_us = (time.perf_counter() - start) / (3 * graph_ops) * 1e6
         fused_us = per_op_us(tpu_add)
         torch.tpu.synchronize()

@@ -4,6 +4,7 @@ first token of a fresh process with a cold (empty) and a warm (populated) compil
 (TORCH_TPU_CACHE_DIR). Medians of repeated timings.
 
     python bench/generate.py [--new-tokens 32] [--repeats 3] [--ttft-repeats 3] [--first-calls-rounds 3]
+    python bench/generate.py --cold [--first-calls 5] [--first-calls-rounds 3]   # fresh processes, empty cache
 """
 import argparse
 import json
@@ -62,6 +63,14 @@ def tokens_per_s(model, device, new_tokens, repeats):
     return statistics.median(rates), first, tokens
 
 
+def settled_metrics():
+    """The counters once background compiles are done (builds before metrics(wait=...) waited always)."""
+    try:
+        return torch_tpu.metrics(wait=True)
+    except TypeError:
+        return torch_tpu.metrics()
+
+
 def ttft_child():
     """Runs in a fresh process: time from before the model moves to tpu to the first token."""
     start = time.perf_counter()
@@ -69,7 +78,7 @@ def ttft_child():
     ids = prompt().to("tpu")
     generate(model, ids, 1)
     seconds = time.perf_counter() - start
-    m = torch_tpu.metrics()
+    m = settled_metrics()
     print(json.dumps({"ttft_s": seconds, "programs_compiled": m["programs_compiled"],
                       "disk_cache_hits": m["disk_cache_hits"]}))
 
@@ -83,7 +92,10 @@ def calls_child(device, calls, new_tokens):
         start = time.perf_counter()
         generate(model, ids, new_tokens)
         seconds.append(time.perf_counter() - start)
-    m = torch_tpu.metrics()
+    start = time.perf_counter()
+    pending = torch_tpu.metrics().get("background_compiles_pending")  # never waits
+    metrics_s = time.perf_counter() - start
+    m = settled_metrics()
     # Where the first call's time goes: Transformers compiles the decode step with torch.compile
     # on tpu (not on cpu), so Dynamo's tracing (PyTorch's) is part of it; the tpu backend's share
     # (AOTAutograd and our lowering) is inside it; programs load from disk or compile.
@@ -93,7 +105,8 @@ def calls_child(device, calls, new_tokens):
 
         dynamo = {"dynamo_s": sum(compilation_time_metrics.get("_compile.compile_inner", [])),
                   "backend_s": sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))}
-    print(json.dumps({"calls_s": seconds, "programs_compiled": m["programs_compiled"],
+    print(json.dumps({"calls_s": seconds, "metrics_s": metrics_s, "pending_after_calls": pending,
+                      "fused_compile_waits": m["fused_compile_waits"], "programs_compiled": m["programs_compiled"],
                       "fused_graphs_compiled": m["fused_graphs_compiled"], "disk_cache_hits": m["disk_cache_hits"],
                       "compile_s": m["compile_time_s"], "disk_load_s": m.get("disk_load_time_s", 0.0), **dynamo}))
 
@@ -121,6 +134,8 @@ def main():
                         help="time each of the first N generate() calls of a fresh process (0: skip)")
     parser.add_argument("--first-calls-rounds", type=int, default=3,
                         help="alternating rounds (cold, warm, cpu) of the first-calls timing; medians")
+    parser.add_argument("--cold", action="store_true",
+                        help="only the first calls of fresh processes with an empty cache, each round printed")
     parser.add_argument("--ttft-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--calls-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -128,6 +143,8 @@ def main():
         return ttft_child()
     if args.calls_child:
         return calls_child(args.calls_child, args.first_calls, args.new_tokens)
+    if args.cold:
+        return cold_calls(args)
 
     if not args.ttft_only:
         throughput(args)
@@ -149,9 +166,9 @@ def throughput(args):
     model = model.to("tpu")
     for mode in ("strict", "fused"):
         with torch_tpu.eager_mode(mode):
-            before = torch_tpu.metrics()
+            before = settled_metrics()
             rate, first, got = tokens_per_s(model, "tpu", args.new_tokens, args.repeats)
-            after = torch_tpu.metrics()
+            after = settled_metrics()
         compiled = (after["programs_compiled"] + after["fused_graphs_compiled"]
                     - before["programs_compiled"] - before["fused_graphs_compiled"])
         rows.append((f"tpu {mode}", rate, first, torch.equal(got, want), compiled))
@@ -179,6 +196,29 @@ def time_to_first_token(args):
               f"(whole process {statistics.median(r['process_s'] for r in runs):6.2f} s; programs compiled "
               f"{statistics.median(r['programs_compiled'] for r in runs):.0f}, loaded from disk "
               f"{statistics.median(r['disk_cache_hits'] for r in runs):.0f})")
+
+
+def cold_calls(args):
+    """Each of the first N generate() calls of fresh processes with an empty cache, round by
+    round (the first minute of a new user, where a call that waits for background compiles
+    shows), with how long torch_tpu.metrics() took right after them and what was still pending."""
+    child = ["--calls-child", "tpu", "--first-calls", str(args.first_calls), "--new-tokens", str(args.new_tokens)]
+    print(f"first {args.first_calls} generate() calls of a fresh process with an empty cache ({args.new_tokens} new "
+          f"tokens), seconds; TORCH_TPU_FUSED_COMPILE_THREADS={os.environ.get('TORCH_TPU_FUSED_COMPILE_THREADS', 'default')}")
+    runs = []
+    for i in range(args.first_calls_rounds):
+        with tempfile.TemporaryDirectory() as empty:
+            r = run_child(empty, *child)
+        runs.append(r)
+        calls = " ".join(f"{s:6.2f}" for s in r["calls_s"])
+        print(f"  round {i + 1}: {calls}   metrics() {r.get('metrics_s', 0) * 1e3:7.1f} ms "
+              f"(compiles pending {r.get('pending_after_calls')}), fused graphs compiled {r['fused_graphs_compiled']}, "
+              f"flushes that waited for a compile {r.get('fused_compile_waits')}", flush=True)
+    med = [statistics.median(r["calls_s"][i] for r in runs) for i in range(args.first_calls)]
+    print("  median:  " + " ".join(f"{s:6.2f}" for s in med))
+    later = [max(r["calls_s"][2:]) / r["calls_s"][1] for r in runs if len(r["calls_s"]) > 2]
+    if later:
+        print(f"  slowest of calls 3..{args.first_calls} / call 2: median {statistics.median(later):.2f}x")
 
 
 def first_calls(args):

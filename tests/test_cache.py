@@ -13,7 +13,7 @@ CHILD = (
     "import torch, torch_tpu, json\n"
     "x = torch.arange(12.0).reshape(3, 4).to('tpu')\n"
     "y = ((x * 3 - 1).relu() @ x.t()).softmax(-1)\n"
-    "print(json.dumps({'sum': y.sum().item(), 'm': {k: v for k, v in torch_tpu.metrics().items() "
+    "print(json.dumps({'sum': y.sum().item(), 'm': {k: v for k, v in torch_tpu.metrics(wait=True).items() "
     "if not isinstance(v, dict)}}))\n"
 )
 
@@ -82,7 +82,7 @@ def test_concurrent_processes_share_the_cache(tmp_path):
 MANY = (
     "import torch, torch_tpu, json\n"
     "for n in range(1, 41): (torch.ones(n, device='tpu') * 2).cpu()\n"
-    "print(json.dumps({'m': {'programs_compiled': torch_tpu.metrics()['programs_compiled']}}))\n"
+    "print(json.dumps({'m': {'programs_compiled': torch_tpu.metrics(wait=True)['programs_compiled']}}))\n"
 )
 
 
@@ -119,7 +119,7 @@ def test_recompilation_is_counted_with_its_reason():
     a = torch.ones(13, 37, device="tpu")
     (a * 2).cpu()
     (torch.ones(14, 37, device="tpu") * 2).cpu()
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     assert m["recompilations"] >= 1
     reasons = [r for r in m["recompile_reasons"] if r.startswith("aten::mul.Tensor") and "[14, 37]" in r]
     assert reasons and "argument 'self'" in reasons[0] and "[13, 37]" in reasons[0], m["recompile_reasons"]
@@ -142,7 +142,7 @@ def test_metrics_cli_prints_counters():
     # A fresh process: every counter is printed, and each is zero.
     out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics"], capture_output=True, text=True, check=True)
     values = _report_values(out.stdout)
-    flat = {k for k, v in torch_tpu.metrics().items() if not isinstance(v, (dict, str))}
+    flat = {k for k, v in torch_tpu.metrics(wait=True).items() if not isinstance(v, (dict, str))}
     assert flat <= set(values), flat - set(values)
     assert {k: values[k] for k in flat if values[k]} == {}
 
@@ -157,7 +157,7 @@ def test_metrics_cli_runs_a_script_and_reports_its_counters(tmp_path):
         "with torch_tpu.eager_mode('fused'):\n"
         "    z = (y * 2).sum()\n"
         "print('result', z.item(), sys.argv[1:])\n"
-        "print('inside', json.dumps({k: v for k, v in torch_tpu.metrics().items() if isinstance(v, (int, float))}))\n"
+        "print('inside', json.dumps({k: v for k, v in torch_tpu.metrics(wait=True).items() if isinstance(v, (int, float))}))\n"
         "sys.exit(int(sys.argv[1]))\n")
     out = subprocess.run([sys.executable, "-m", "torch_tpu", "metrics", str(script), "3"],
                          capture_output=True, text=True)
@@ -185,7 +185,7 @@ def test_ops_are_counted_per_eager_mode():
             for _ in range(n):
                 y = y * 2
             y.cpu()
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     assert m["ops_dispatched_by_mode"] == {"debug": 1, "strict": 2, "fused": 3}
     assert m["ops_dispatched"] == 6
 
@@ -198,5 +198,5 @@ def test_arange_with_new_bounds_is_no_recompilation():
     torch_tpu.metrics.reset()
     for start in range(5):
         assert torch.equal(torch.arange(start, start + 4, device="tpu").cpu(), torch.arange(start, start + 4))
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     assert m["signature_cache_misses"] == 0 and m["recompilations"] == 0, m

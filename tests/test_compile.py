@@ -17,7 +17,7 @@ from conftest import run_python
 
 
 def counters():
-    return torch_tpu.metrics()
+    return torch_tpu.metrics(wait=True)
 
 
 def delta(before, key):
@@ -502,7 +502,7 @@ def test_second_process_loads_programs_from_the_disk_cache(tmp_path):
         torch_tpu.metrics.reset()
         out = torch.compile(model, backend="tpu")(x)
         out.sum().backward()
-        m = torch_tpu.metrics()
+        m = torch_tpu.metrics(wait=True)
         print("RESULT", m["compile_programs"], m["programs_compiled"], m["disk_cache_hits"])
     """)
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
@@ -576,7 +576,7 @@ def test_compile_ahead_off_compiles_at_the_first_run():
         m = torch.nn.Linear(6, 3).to("tpu")
         loss = torch.compile(lambda x: m(x).sum(), backend="tpu")(torch.randn(2, 6, device="tpu"))
         loss.backward()
-        c = torch_tpu.metrics()
+        c = torch_tpu.metrics(wait=True)
         print("RESULT", c["compile_ahead_programs"], c["compile_programs_built"], m.weight.grad.shape)
     """)
     out = run_python(code, {"TORCH_TPU_COMPILE_AHEAD": "0"})
@@ -641,9 +641,9 @@ def test_one_module_compiling_on_two_threads_is_compiled_once(tmp_path):
 
         x = torch.randn(8, 8, device="tpu")
         gm = make_fx(chain, tracing_mode="fake")(x)
-        before = torch_tpu.metrics()  # strict mode has compiled randn's program
+        before = torch_tpu.metrics(wait=True)  # strict mode has compiled randn's program
         first, second = compile_fx(gm, [x], "forward"), compile_fx(gm, [x], "forward")
-        c = {k: v - before[k] for k, v in torch_tpu.metrics().items() if isinstance(v, (int, float))}
+        c = {k: v - before[k] for k, v in torch_tpu.metrics(wait=True).items() if isinstance(v, (int, float))}
         torch.testing.assert_close(second([x]).cpu(), chain(x.cpu()), rtol=1e-4, atol=1e-4)
         print("RESULT", c["compile_ahead_programs"], c["programs_compiled"],
               c["compile_in_flight_waits"] + c["compile_cache_hits"] >= 1)

@@ -8,7 +8,7 @@ import torch, torch_tpu
 x = torch.randn(64, 64, device="tpu")
 for shape in (8, 16, 32):  # several programs: still one notice
     torch.tanh(x[:shape] @ x[:, :shape]).sum().cpu()
-print("ok", torch_tpu.metrics()["programs_compiled"])
+print("ok", torch_tpu.metrics(wait=True)["programs_compiled"])
 """
 
 

@@ -95,7 +95,7 @@ OPS_CODE = """
     x = torch.arange(6.0).to("tpu")
     for f in (torch.sin, torch.cos, torch.exp, torch.tanh, torch.sigmoid, torch.sqrt, torch.log1p, torch.neg):
         f(x).cpu()
-    print("OK", torch_tpu.metrics()["programs_compiled"])
+    print("OK", torch_tpu.metrics(wait=True)["programs_compiled"])
 """
 
 
@@ -119,7 +119,7 @@ def run_op(op, cache, timeout=240):
         torch_tpu.set_eager_mode("strict")
         x = torch.linspace(0.1, 1.0, 7, dtype=torch.float64)
         y = torch.{op}(x.to("tpu")).cpu()
-        print("MATCH", torch.allclose(y, torch.{op}(x)), "COMPILED", torch_tpu.metrics()["programs_compiled"])
+        print("MATCH", torch.allclose(y, torch.{op}(x)), "COMPILED", torch_tpu.metrics(wait=True)["programs_compiled"])
     """
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache), TORCH_TPU_EAGER_MODE="strict")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,

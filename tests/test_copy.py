@@ -340,10 +340,10 @@ def test_loaded_tensors_run_natively():
     torch.save({"w": torch.arange(12.0).reshape(3, 4).to("tpu"), "i": torch.arange(5).to("tpu")}, buf)
     buf.seek(0)
     sd = torch.load(buf)
-    before = torch_tpu.metrics()["cpu_fallbacks"]
+    before = torch_tpu.metrics(wait=True)["cpu_fallbacks"]
     sd["w"].add_(1)
     r = sd["i"] * 2
-    assert torch_tpu.metrics()["cpu_fallbacks"] == before  # the byte storages took their tensors' types
+    assert torch_tpu.metrics(wait=True)["cpu_fallbacks"] == before  # the byte storages took their tensors' types
     assert_same(sd["w"], torch.arange(12.0).reshape(3, 4) + 1)
     assert_same(r, torch.arange(5) * 2)
 
@@ -352,9 +352,9 @@ def test_printing_formats_a_host_copy():
     import torch_tpu
 
     t = torch.randn(13, 7, 3).to("tpu")  # a shape no other test prints
-    before = torch_tpu.metrics()
+    before = torch_tpu.metrics(wait=True)
     r = repr(t)
-    after = torch_tpu.metrics()
+    after = torch_tpu.metrics(wait=True)
     assert after["programs_compiled"] == before["programs_compiled"]
     assert after["cpu_fallbacks"] == before["cpu_fallbacks"]
     assert after["device_to_host_bytes"] - before["device_to_host_bytes"] == t.numel() * 4

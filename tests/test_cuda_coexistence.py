@@ -105,5 +105,94 @@ def test_cuda_training_in_a_process_without_torch_tpu():
             model.cpu()
         print("CUDA TRAINING OK")
     """)
-    r = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=600)
+    # torch-tpu is installed, and plain `import torch` leaves it out where a GPU is present.
+    r = run_python(code, env={"TORCH_TPU_AUTOLOAD": ""}, timeout=600)
     assert r.returncode == 0 and "CUDA TRAINING OK" in r.stdout, r.stdout + r.stderr[-4000:]
+
+
+# Installing torch-tpu never breaks CUDA (issue #35): where PyTorch is a CUDA build and a GPU is
+# present, `import torch` does not load torch_tpu. Checked here without a GPU by making
+# torch_tpu_autoload see one, in a fresh interpreter (autoload runs inside `import torch`).
+_PRETEND_GPU = "import torch_tpu_autoload; torch_tpu_autoload.gpu_present = lambda: True\n"
+
+
+class _Version:
+    def __init__(self, cuda=None, hip=None):
+        self.cuda, self.hip = cuda, hip
+
+
+class _Cuda:
+    def __init__(self, nvml=None, runtime=0):
+        if nvml is not None:
+            self._device_count_nvml = lambda: nvml
+        self._runtime = runtime
+
+    def device_count(self):
+        if isinstance(self._runtime, Exception):
+            raise self._runtime
+        return self._runtime
+
+
+def test_what_counts_as_a_gpu_present():
+    from torch_tpu_autoload import _gpu_build_with_device as present
+
+    assert not present(_Version(), _Cuda(nvml=2, runtime=2))  # a CPU build: no CUDA to protect
+    assert present(_Version(cuda="13.0"), _Cuda(nvml=1))
+    assert not present(_Version(cuda="13.0"), _Cuda(nvml=0, runtime=1))  # NVML answers first
+    assert present(_Version(cuda="13.0"), _Cuda(nvml=-1, runtime=1))  # NVML unusable: the runtime
+    assert not present(_Version(cuda="13.0"), _Cuda(runtime=0))
+    assert not present(_Version(cuda="13.0"), _Cuda(runtime=RuntimeError("no driver")))
+    assert present(_Version(hip="6.4"), _Cuda(runtime=1))  # ROCm is PyTorch's "cuda" device too
+    # This machine's PyTorch: a CPU build, so tpu autoloads (the suite runs on it).
+    assert not torch_tpu_autoload_module().gpu_present() or torch.cuda.is_available()
+
+
+def torch_tpu_autoload_module():
+    import torch_tpu_autoload
+
+    return torch_tpu_autoload
+
+
+def test_the_autoload_setting():
+    should = torch_tpu_autoload_module().should_autoload
+    assert should({"TORCH_TPU_AUTOLOAD": "1"}) and not should({"TORCH_TPU_AUTOLOAD": "0"})
+    assert should({}) == (not torch_tpu_autoload_module().gpu_present())
+    with pytest.raises(ValueError, match="TORCH_TPU_AUTOLOAD must be 0 or 1, not 'yes'"):
+        should({"TORCH_TPU_AUTOLOAD": "yes"})
+
+
+def test_import_torch_leaves_torch_tpu_out_where_a_gpu_is_present():
+    code = _PRETEND_GPU + textwrap.dedent("""
+        import sys, warnings, torch
+        assert "torch_tpu" not in sys.modules, "import torch loaded torch_tpu beside a GPU"
+        assert torch._C._get_privateuse1_backend_name() == "privateuseone"  # not renamed: CUDA keeps the accelerator
+        assert not hasattr(torch, "tpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import torch_tpu  # explicit: loads, and says what it costs
+        from torch_tpu._other_accelerators import LOADED_BESIDE_GPU
+        assert [str(w.message) for w in caught].count(LOADED_BESIDE_GPU) == 1, [str(w.message) for w in caught]
+        x = torch.arange(6.0).reshape(2, 3)
+        torch.testing.assert_close((x.to("tpu") * 2).sum(0).cpu(), (x * 2).sum(0))
+        print("EXPLICIT IMPORT OK")
+    """)
+    r = run_python(code, env={"TORCH_TPU_AUTOLOAD": ""})
+    assert r.returncode == 0 and "EXPLICIT IMPORT OK" in r.stdout, r.stdout + r.stderr[-4000:]
+
+
+@pytest.mark.parametrize("setting,pretend_gpu,loaded", [("1", True, True), ("0", False, False), ("", False, True)])
+def test_autoload_can_be_forced_either_way(setting, pretend_gpu, loaded):
+    code = (_PRETEND_GPU if pretend_gpu else "") + textwrap.dedent("""
+        import sys, warnings
+        warnings.simplefilter("always")
+        import torch
+        print("LOADED" if "torch_tpu" in sys.modules else "NOT LOADED")
+        if "torch_tpu" in sys.modules:
+            print(torch.ones(3, device="tpu").sum().item())
+    """)
+    r = run_python(code, env={"TORCH_TPU_AUTOLOAD": setting})
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.splitlines()[0] == ("LOADED" if loaded else "NOT LOADED"), r.stdout
+    if loaded:
+        assert r.stdout.splitlines()[1] == "3.0"
+        assert ("cannot run in this process" in r.stderr) == pretend_gpu  # the warning, where forced

@@ -47,7 +47,7 @@ def test_images_match_cpu_float32(name):
     expected, got = cpu_and_tpu(name)
     assert got.device.type == "tpu" and got.dtype == torch.float32
     torch.testing.assert_close(got.cpu(), expected, atol=1e-4, rtol=1e-4)
-    assert torch_tpu.metrics()["cpu_fallbacks"] == 0, torch_tpu.metrics()["cpu_fallbacks_by_op"]
+    assert torch_tpu.metrics(wait=True)["cpu_fallbacks"] == 0, torch_tpu.metrics(wait=True)["cpu_fallbacks_by_op"]
 
 
 @only_in("strict")
@@ -76,12 +76,12 @@ def test_tpu_generator_reproducible(name):
 def _built_at_dispatch():
     """Counters that move when a call needs a program it has not got: per-op signatures missed
     (eager, both modes) and graphs dynamo hands the compile backend."""
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     return m["signature_cache_misses"], m["compile_programs_built"], m["compile_graphs"]
 
 
 def _compiled_anything():
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     return _built_at_dispatch() + (m["programs_compiled"], m["fused_graphs_compiled"])
 
 
@@ -109,7 +109,7 @@ def test_no_new_program_per_step(name, compiled):
     before = _compiled_anything()
     tiny_diffusers.run(pipe, kwargs, torch.Generator().manual_seed(0)).cpu()
     assert _compiled_anything() == before, (before, _compiled_anything())
-    assert torch_tpu.metrics()["cpu_fallbacks"] == 0
+    assert torch_tpu.metrics(wait=True)["cpu_fallbacks"] == 0
 
 
 @only_in("strict")

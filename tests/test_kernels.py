@@ -162,7 +162,7 @@ def test_fused_kernel_is_inlined(rms_norm):
             f()
         torch_tpu._C._await_background_compiles()
         torch_tpu.reset_metrics()
-        return f(), torch_tpu.metrics()
+        return f(), torch_tpu.metrics(wait=True)
 
     with torch_tpu.eager_mode("fused"):
         xt, wt = x.to("tpu"), w.to("tpu")
@@ -182,7 +182,7 @@ def test_strict_kernel_is_one_program(rms_norm):
         torch_tpu.reset_metrics()
         y = rms_norm(xt, wt)
         torch.tpu.synchronize()
-        m = torch_tpu.metrics()
+        m = torch_tpu.metrics(wait=True)
     torch.testing.assert_close(y.cpu(), torch_rms_norm(x, w))
     assert m["executions"] == 1
 
@@ -199,7 +199,7 @@ def test_static_arguments_are_identity(rms_norm):
         rms_norm(xt, wt, eps=0.5)
         torch_tpu.reset_metrics()
         rms_norm(xt, wt, eps=0.5)
-        assert torch_tpu.metrics()["signature_cache_misses"] == 0
+        assert torch_tpu.metrics(wait=True)["signature_cache_misses"] == 0
 
 
 def test_static_arguments_of_every_kind():
@@ -232,7 +232,7 @@ def test_compiled_one_program_no_graph_break(rms_norm, softmax):
     torch.testing.assert_close(got.cpu(), torch.softmax(torch_rms_norm(x * 2, w, eps=1e-5), -1).sin())
     assert not torch._dynamo.utils.counters["graph_break"]
     assert torch_tpu._C._graph_stats()["compile_programs_built"] - before == 1
-    assert torch_tpu.metrics()["cpu_fallbacks"] == 0
+    assert torch_tpu.metrics(wait=True)["cpu_fallbacks"] == 0
 
 
 def test_compiled_backward(rms_norm, softmax):
@@ -314,7 +314,7 @@ def test_llama_with_kernels(rms_norm, softmax, mode):
         torch.testing.assert_close(logits.detach().cpu(), ref.detach(), atol=2e-5, rtol=1e-4)
         for (name, p), (_, q) in zip(cpu.named_parameters(), tpu.named_parameters()):
             torch.testing.assert_close(q.grad.cpu(), p.grad, atol=2e-5, rtol=1e-4, msg=name)
-        assert torch_tpu.metrics()["cpu_fallbacks"] == 0
+        assert torch_tpu.metrics(wait=True)["cpu_fallbacks"] == 0
     assert calls["rms_norm"] == 5 and calls["softmax"] == 2  # 2 layers x 2 norms + the final one
     if mode == "compiled":
         # One graph each way, each one program with the kernels inside.
@@ -335,7 +335,7 @@ def test_second_process_loads_from_disk(tmp_path):
         x = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 7
         y = k(x.to("tpu"), scale=2.5).cpu()
         torch.testing.assert_close(y, torch.tanh(x) * 2.5)
-        m = torch_tpu.metrics()
+        m = torch_tpu.metrics(wait=True)
         print(json.dumps({k: m[k] for k in ("programs_compiled", "disk_cache_hits")}))
     """)
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_EAGER_MODE": "strict"}

@@ -114,7 +114,7 @@ def test_recompile_reason_names_the_setting(precision_setting):
     _mm_recompile_reason((3, 19, 11))
     torch.set_float32_matmul_precision("medium")
     _mm_recompile_reason((3, 19, 11))
-    reasons = torch_tpu.metrics()["recompile_reasons"]
+    reasons = torch_tpu.metrics(wait=True)["recompile_reasons"]
     assert any("aten::mm: float32 matmul precision changed from highest to medium" in r for r in reasons), reasons
 
 
@@ -131,7 +131,7 @@ def test_newer_fp32_precision_api_is_followed(generic, expected, shape, precisio
     with pytest.raises(RuntimeError):
         torch.get_float32_matmul_precision()
     _mm_recompile_reason(shape)
-    reasons = torch_tpu.metrics()["recompile_reasons"]
+    reasons = torch_tpu.metrics(wait=True)["recompile_reasons"]
     assert f"aten::mm: float32 matmul precision changed from highest to {expected}" in reasons, reasons
     assert torch_tpu._C._matmul_precision() == expected  # what `python -m torch_tpu info` shows
 
@@ -146,9 +146,9 @@ fn = torch.compile(products, backend="tpu") if mode == "compiled" else products
 seen, report = set(), []
 def step(setting):
     torch.set_float32_matmul_precision(setting)
-    before = torch_tpu.metrics()["programs_compiled"]
+    before = torch_tpu.metrics(wait=True)["programs_compiled"]
     workload("tpu", fn=fn)
-    m = torch_tpu.metrics()  # waits for background compiles
+    m = torch_tpu.metrics(wait=True)  # waits for background compiles
     files = sorted(set(os.listdir(dump)) - seen)
     seen.update(files)
     report.append({"setting": setting, "compiled": m["programs_compiled"] - before,

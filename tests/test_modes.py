@@ -54,10 +54,10 @@ def test_fused_defers_until_a_sync_point_and_runs_one_program():
     torch_tpu.set_eager_mode("fused")
     torch_tpu.metrics.reset()
     b = (a * 2 + 1).relu().sum(0)
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     assert m["ops_recorded"] == 4 and m["executions"] == 0  # nothing ran yet
     host = b.cpu()
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     assert m["fused_graphs_run"] == 1 and m["fused_ops"] == 4
     assert any(k.startswith("fused graph") for k in m["host_syncs_by_cause"])
     torch.testing.assert_close(host, (a.cpu() * 2 + 1).relu().sum(0))
@@ -74,7 +74,7 @@ for i in range(5):
     y = (x * (i + 1)).exp().sum()  # a different scalar each time: a run-time parameter
     assert abs(y.item() - (x.cpu() * (i + 1)).exp().sum().item()) < 1e-3 * abs(y.item())
     torch_tpu._C._await_background_compiles()  # settle the background compile, for exact counts
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     seen.append([m["fused_graphs_op_by_op"], m["fused_graphs_compiled"], m["disk_cache_hits"]])
 print(json.dumps(seen))
 """
@@ -132,7 +132,7 @@ for i in range(30):
 torch_tpu._C._await_background_compiles()
 for i in range(3):
     step(i)
-m = torch_tpu.metrics()
+m = torch_tpu.metrics(wait=True)
 print("COUNTS", m["fused_graphs_run"], m["fused_graphs_op_by_op"], m["fused_graphs_compiled"])
 """
     out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path)})
@@ -211,9 +211,9 @@ def test_fused_op_limit_flushes():
         "for _ in range(25): x = x + 1\n"
         # 26 ops (zeros and 25 adds), at most 10 a graph: two full graphs run before the read,
         # the last 6 ops run at the read.
-        "m = torch_tpu.metrics(); assert (m['fused_graphs_run'], m['fused_ops']) == (2, 20), m\n"
+        "m = torch_tpu.metrics(wait=True); assert (m['fused_graphs_run'], m['fused_ops']) == (2, 20), m\n"
         "assert x.cpu().tolist() == [25.0, 25.0]\n"
-        "m = torch_tpu.metrics(); assert (m['fused_graphs_run'], m['fused_ops']) == (3, 26), m\n"
+        "m = torch_tpu.metrics(wait=True); assert (m['fused_graphs_run'], m['fused_ops']) == (3, 26), m\n"
     )
     env = dict(os.environ, TORCH_TPU_FUSED_MAX_OPS="10")
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
@@ -297,7 +297,7 @@ def test_fused_grad_ends_with_a_sync_point():
     torch.tpu.synchronize()
     torch_tpu.metrics.reset()
     (g,) = torch.autograd.grad((x * x).sum(), x)
-    m = torch_tpu.metrics()
+    m = torch_tpu.metrics(wait=True)
     assert m["host_syncs_by_cause"].get("fused graph: end of grad") == 1 and m["fused_graphs_run"] == 1
     torch.testing.assert_close(g.cpu(), 2 * x.detach().cpu())
 
@@ -349,18 +349,19 @@ def step(i):  # one structure of ~40 ops; the scale is a run-time parameter
     torch.testing.assert_close(y.cpu(), z, rtol=1e-4, atol=1e-4)
 for i in range(12):
     step(i)
-m = torch_tpu._C._metrics()  # not torch_tpu.metrics(): that would settle the compiles first
+m = torch_tpu._C._metrics()  # not torch_tpu.metrics(wait=True): that would settle the compiles first
 print(json.dumps([m["fused_switches"], m["fused_compile_waits"], m["fused_graphs_compiled"]]))
 """
 
 
 def test_fused_hot_structure_switches_within_a_bound(tmp_path):
-    # TORCH_TPU_FUSED_WAIT_AFTER=1: the third flush of a structure runs its whole program, even
-    # though its compile (hundreds of ms at nice 19) is far from done after one step of a few ms:
-    # that flush finishes it. Before, the structure ran op by op until the worker was done.
+    # TORCH_TPU_FUSED_WAIT_AFTER=1 and WAIT_RATIO=0 (the count alone decides): the third flush of
+    # a structure runs its whole program, even though its compile (hundreds of ms at nice 19) is
+    # far from done after one step of a few ms: that flush finishes it.
     from conftest import run_python
 
-    out = run_python(SWITCH_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_WAIT_AFTER": "1"})
+    out = run_python(SWITCH_CHILD, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_WAIT_AFTER": "1",
+                                     "TORCH_TPU_FUSED_WAIT_RATIO": "0"})
     assert out.returncode == 0, out.stderr
     switches, waits, compiled = json.loads(out.stdout.strip().splitlines()[-1])
     assert switches == {"2": 1} and compiled == 1, (switches, waits, compiled)
@@ -373,11 +374,12 @@ def test_fused_several_compile_threads(tmp_path):
 
     code = SWITCH_CHILD.replace("for i in range(12):\n    step(i)",
                                 "for i in range(12):\n    step(i)\n    (xt.sin() * i).exp().sum().item()")
-    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_COMPILE_THREADS": "2"})
+    out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_FUSED_COMPILE_THREADS": "2",
+                                 "TORCH_TPU_FUSED_WAIT_RATIO": "0"})
     assert out.returncode == 0, out.stderr
     switches, waits, compiled = json.loads(out.stdout.strip().splitlines()[-1])
     assert compiled == 2 and sum(switches.values()) == 2, (switches, waits, compiled)
-    assert all(int(k) <= 4 for k in switches), switches  # COMPILE_AFTER 2 + WAIT_AFTER 3 - 1
+    assert all(int(k) <= 4 for k in switches), switches  # COMPILE_AFTER 2 + WAIT_AFTER 3 - 1 (WAIT_RATIO 0)
 
 
 def test_fused_one_op_graph_runs_its_own_program(tmp_path):
@@ -392,7 +394,7 @@ xt = x.to("tpu")
 torch_tpu.metrics.reset()
 for i in range(5):
     torch.testing.assert_close((xt * (i + 2)).cpu(), x * (i + 2))
-m = torch_tpu.metrics()
+m = torch_tpu.metrics(wait=True)
 print(json.dumps([m["fused_graphs_run"], m["fused_graphs_compiled"], m["fused_switches"]]))
 """
     out = run_python(code, {"TORCH_TPU_CACHE_DIR": str(tmp_path)})

@@ -50,7 +50,7 @@ def test_optimizer_matches_cpu(name, foreach):
     cpu_model, _ = train(model, lambda p: make(p, foreach=False), "cpu")
     torch_tpu.metrics.reset()
     tpu_model, opt = train(model, lambda p: make(p, foreach=foreach), TPU)
-    fallbacks = torch_tpu.metrics()["cpu_fallbacks_by_op"]
+    fallbacks = torch_tpu.metrics(wait=True)["cpu_fallbacks_by_op"]
     assert not fallbacks, f"ran on the CPU: {fallbacks}"
     for (n, a), (_, b) in zip(tpu_model.named_parameters(), cpu_model.named_parameters()):
         assert a.device.type == TPU
@@ -70,7 +70,7 @@ def _ops_per_step(foreach):
         if _:
             torch_tpu.metrics.reset()
         opt.step()
-    return torch_tpu.metrics()["ops_dispatched"], len(list(model.parameters()))
+    return torch_tpu.metrics(wait=True)["ops_dispatched"], len(list(model.parameters()))
 
 
 def test_foreach_path_is_taken():
@@ -101,4 +101,4 @@ def _lr_change_does_not_recompile():
         opt.step()
         if lr == 0.1:
             torch_tpu.metrics.reset()
-    assert torch_tpu.metrics()["programs_compiled"] == 0
+    assert torch_tpu.metrics(wait=True)["programs_compiled"] == 0

@@ -9,6 +9,9 @@ tests were collected, passed, failed and skipped, and which tests pass on CPU bu
 the library is the installed one unless --use-src puts <src>/src first on PYTHONPATH).
 The tpu run uses torch_tpu/testing/transformers_device_spec.py as TRANSFORMERS_TEST_DEVICE_SPEC;
 the CPU run sets TORCH_DEVICE_BACKEND_AUTOLOAD=0 so that torch_tpu is not loaded at all.
+pytest runs from the checkout's root, as Transformers' tests expect (some relaunch pytest with a
+path relative to it, e.g. test_can_load_with_global_device_set); junit files and logs go to a
+folder of their own (--keep, else a temporary one).
 """
 import argparse
 import os
@@ -53,7 +56,7 @@ def pytest_config_args(src):
 
 
 def run_family(src, family, device, workdir, args):
-    test_dir = src / "tests" / "models" / family
+    test_dir = Path("tests") / "models" / family  # relative to src, the working directory
     junit = workdir / f"{family}-{device}.xml"
     cmd = [sys.executable, "-m", "pytest", str(test_dir), "--rootdir", str(src), *pytest_config_args(src),
            "-p", "no:cacheprovider", "-q", "-rN", f"--junitxml={junit}", *args.pytest_args]
@@ -82,7 +85,7 @@ def run_family(src, family, device, workdir, args):
     start = time.perf_counter()
     with open(log, "w") as out:
         try:
-            rc = subprocess.run(cmd, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+            rc = subprocess.run(cmd, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -120,10 +123,18 @@ def main():
     workdir = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="tt_transformers_"))
     workdir.mkdir(parents=True, exist_ok=True)
     # Transformers imports the spec by module name = path minus ".py", so the spec must be a
-    # bare file name in the working directory: a shim that re-exports the packaged spec.
-    (workdir / SHIM).write_text(f"from {SPEC_MODULE} import *  # noqa: F401,F403\n"
-                                f"from {SPEC_MODULE} import DEVICE_NAME  # noqa: F401\n")
+    # bare file name in the working directory (the checkout's root): a shim that re-exports the
+    # packaged spec, removed when the runs end.
+    shim = src / SHIM
+    shim.write_text(f"from {SPEC_MODULE} import *  # noqa: F401,F403\n"
+                    f"from {SPEC_MODULE} import DEVICE_NAME  # noqa: F401\n")
+    try:
+        return run_families(src, families, workdir, args)
+    finally:
+        shim.unlink(missing_ok=True)
 
+
+def run_families(src, families, workdir, args):
     import transformers  # only for the version line
 
     print(f"transformers {transformers.__version__} (installed){' / tests and src from ' if args.use_src else ', tests from '}{src}")

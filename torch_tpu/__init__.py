@@ -1,6 +1,7 @@
 """torch-tpu: a native PyTorch device backend for TPUs and other XLA devices.
 
-`import torch` autoloads this package (the `torch.backends` entry point); then
+`import torch` autoloads this package (the `torch.backends` entry point, torch_tpu_autoload),
+except where PyTorch is a CUDA build and a GPU is present (see torch_tpu_autoload); then
 `torch.device("tpu")` runs PyTorch eagerly through a PJRT plugin.
 """
 import atexit
@@ -8,10 +9,8 @@ import os
 
 
 def _autoload():
-    """Entry point for torch's backend autoloading; importing this module does the work.
-
-    Defined before `import torch`: when `import torch_tpu` comes first, torch's autoload
-    looks this attribute up on the partially initialised module."""
+    """The entry point of releases before torch_tpu_autoload (an install whose metadata still
+    names it): importing this module does the work. torch_tpu_autoload.autoload decides now."""
 
 
 # The plugin logs INFO lines at client creation; keep warnings and errors only.
@@ -69,6 +68,11 @@ _distributed.install()
 from . import _other_accelerators  # noqa: E402
 
 _other_accelerators.install()  # a CUDA backward here fails; say why (see the module)
+_other_accelerators.warn_if_gpu_present()
+
+# TORCH_TPU_ALSO_COMPILE_FOR=v5e:2x2: every program is also compiled for a TPU topology (tpu_target.py).
+from . import tpu_target  # noqa: E402
+tpu_target._enable_from_environment()
 
 
 def _autograd_threads_started():

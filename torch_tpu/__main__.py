@@ -67,11 +67,11 @@ def info(args):
     return 0
 
 
-def _run_then_report(argv):
-    """Runs argv as a script or `-m module`; prints the counters even if it fails or exits."""
+def _run_then_report(argv, command="metrics", report=None):
+    """Runs argv as a script or `-m module`; prints the counters (or `report(target)`) even if it fails or exits."""
     if argv[0] == "-m":
         if len(argv) < 2:
-            print("python -m torch_tpu metrics -m: a module name is needed", file=sys.stderr)
+            print(f"python -m torch_tpu {command} -m: a module name is needed", file=sys.stderr)
             return 2
         target, run = argv[1], lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         sys.argv = argv[1:]
@@ -84,9 +84,36 @@ def _run_then_report(argv):
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
-        print(f"\n---- torch_tpu metrics after {target} ----")
-        print(torch_tpu.metrics.report())
+        if report is not None:
+            report(target)
+        else:
+            print(f"\n---- torch_tpu metrics after {target} ----")
+            print(torch_tpu.metrics.report(wait=True))  # the script is done: a settled picture
     return code
+
+
+def tpu_report(argv):
+    """python -m torch_tpu tpu-report [--topology T] script.py [args]: runs the script with every program also
+    compiled for TPU topology T (default v5e:2x2; a comma list allowed), then prints a row per program."""
+    topology = "v5e:2x2"
+    if argv[:1] == ["--topology"] and len(argv) > 1:
+        topology, argv = argv[1], argv[2:]
+    elif argv[:1] and argv[0].startswith("--topology="):
+        topology, argv = argv[0].split("=", 1)[1], argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(tpu_report.__doc__)
+        return 0 if argv else 2
+    from . import tpu_target
+    try:
+        tpu_target.enable(topology)
+    except (tpu_target.TpuTargetError, ValueError) as e:
+        print(f"python -m torch_tpu tpu-report: {e}", file=sys.stderr)
+        return 2
+
+    def report(target):
+        print(f"\n---- torch_tpu tpu-report after {target} ----")
+        print(tpu_target.format_report(tpu_target.report(wait=True)))
+    return _run_then_report(argv, "tpu-report", report)
 
 
 def metrics(args):
@@ -117,7 +144,7 @@ def cache_clear(args):
 
 def _parser():
     parser = argparse.ArgumentParser(prog="python -m torch_tpu", description=__doc__)
-    commands = parser.add_subparsers(title="commands", metavar="{info,metrics,cache}")
+    commands = parser.add_subparsers(title="commands", metavar="{info,metrics,tpu-report,cache}")
     p = commands.add_parser("info", help="versions, plugin, platform, devices, cache and environment (the default)")
     p.set_defaults(run=info)
     p = commands.add_parser(
@@ -128,6 +155,9 @@ def _parser():
         "counters, which start at zero.")
     p.add_argument("script", nargs=argparse.REMAINDER, help="script.py [args...] or -m module [args...]")
     p.set_defaults(run=metrics)
+    commands.add_parser("tpu-report", help="run a script with every program also compiled for a TPU topology "
+                        "(libtpu, no TPU needed), then print each program's cost model: "
+                        "python -m torch_tpu tpu-report [--topology v5e:2x2] train.py args")
     p = commands.add_parser("cache", help="the compilation cache on disk: cache info, cache clear")
     actions = p.add_subparsers(title="actions", metavar="{info,clear}", required=True)
     actions.add_parser("info", help="where the cache is, its programs and size per plugin").set_defaults(run=cache_info)
@@ -139,6 +169,8 @@ def main(argv):
     if argv[:1] == ["metrics"] and argv[1:2] not in (["-h"], ["--help"]):
         # The script's own arguments pass through untouched (argparse would read "-m" as an option).
         return metrics(argparse.Namespace(script=argv[1:]))
+    if argv[:1] == ["tpu-report"]:
+        return tpu_report(argv[1:])
     args = _parser().parse_args(argv or ["info"])
     return args.run(args)
 

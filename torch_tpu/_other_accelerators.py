@@ -14,18 +14,35 @@ AOTAutograd tracing a CUDA training graph for Inductor (it runs the engine on fa
 Upstream: pytorch/pytorch#161129 (the fix proposed in #161130 was not taken).
 
 Until PyTorch changes, a CUDA backward cannot run in such a process; this module turns PyTorch's
-internal assert into an error that says why and what to do. Forward passes (eager and Inductor)
-on CUDA tensors are unaffected.
+internal assert into an error that says why and what to do, and warns once when torch_tpu loads
+where a GPU is present. `import torch` alone does not load torch_tpu there (torch_tpu_autoload), so
+merely installing torch-tpu never breaks CUDA. Forward passes (eager and Inductor) on CUDA tensors
+are unaffected.
 """
 import functools
+import warnings
 
 _ASSERT = "opt_ready_stream && opt_parent_stream"
 MESSAGE = (
     "torch_tpu: a backward over cuda (or another accelerator's) tensors cannot run in a process that has "
     "loaded torch_tpu: PyTorch keeps autograd's stream bookkeeping for one accelerator per process, and a "
     "named PrivateUse1 backend ('tpu') takes that place from CUDA (pytorch/pytorch#161129). Forward passes "
-    "on CUDA work; train on CUDA in a process without torch_tpu: TORCH_DEVICE_BACKEND_AUTOLOAD=0 and no "
-    "`import torch_tpu` (the failure PyTorch reported is chained below)")
+    "on CUDA work; train on CUDA in a process that does not `import torch_tpu` (where a GPU is present, "
+    "`import torch` alone no longer loads it unless TORCH_TPU_AUTOLOAD=1) (the failure PyTorch reported is "
+    "chained below)")
+LOADED_BESIDE_GPU = (
+    "torch_tpu: loaded in a process where PyTorch has a CUDA device: while 'tpu' is registered, a backward "
+    "over cuda tensors cannot run in this process (pytorch/pytorch#161129; forward passes work). `import torch` "
+    "alone does not load torch_tpu on GPU machines; import it only in processes that use the tpu device")
+
+
+def warn_if_gpu_present():
+    """The one-time warning of an explicit `import torch_tpu` (or TORCH_TPU_AUTOLOAD=1) where a
+    CUDA/ROCm device is present."""
+    import torch_tpu_autoload
+
+    if torch_tpu_autoload.gpu_present():
+        warnings.warn(LOADED_BESIDE_GPU, stacklevel=3)
 
 
 def _explained(run_backward):

@@ -56,7 +56,9 @@ std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>
                                               uint64_t increment);
 
 // Uploads raw host bytes as the whole storage of `dst` (a tpu tensor covering its storage).
-void UploadWholeStorage(runtime::TpuStorage* storage, const void* data, shlo::ElemType elem);
+// `dims`: the tensor shape the bytes fill (TpuStorage::dims); 1-D when not of rank >= 2.
+void UploadWholeStorage(runtime::TpuStorage* storage, const void* data, shlo::ElemType elem,
+                        const std::vector<int64_t>& dims = {});
 
 using runtime::KeyHash;  // FNV-1a over a program signature
 

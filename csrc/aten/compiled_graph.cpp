@@ -8,6 +8,7 @@
 #include <ATen/native/TypeProperties.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <unordered_set>
 
 #include "arguments.h"
+#include "graph_description.h"
 #include "operands.h"
 #include "precision.h"
 #include "torch_compat.h"
@@ -28,117 +30,11 @@ namespace tpu::aten {
 namespace {
 
 using lowering::Arg;
+using namespace graph;
 using runtime::Executor;
 using runtime::ParamSource;
 using runtime::Runtime;
 using runtime::TpuStorage;
-
-// Argument kinds, as torch_tpu/compile.py encodes them: (kind, payload).
-enum ArgKind {
-  kNoneArg = 0, kTensorArg, kScalarArg, kIntArg, kDoubleArg, kBoolArg, kIntsArg, kDoublesArg, kBoolsArg,
-  kStringArg, kTensorsArg, kScalarsArg, kDtypeArg, kLayoutArg, kMemoryFormatArg, kGeneratorArg
-};
-
-struct GType {
-  bool defined = false;
-  bool cpu_scalar = false;  // a 0-d CPU tensor operand, fed as a run-time scalar parameter
-  at::ScalarType dtype = at::kFloat;
-  std::vector<int64_t> sizes, strides;
-  shlo::TensorType type() const { return {ToElemType(dtype), sizes}; }
-};
-
-struct GArg {
-  int kind = kNoneArg;
-  Arg arg;                       // the static part (ints, flags, strings), as a lowering sees it
-  int64_t id = -1;               // kTensorArg
-  std::vector<int64_t> ids;      // kTensorsArg (-1 for None)
-  std::vector<c10::Scalar> scalars;  // kScalarArg (one) / kScalarsArg
-};
-
-struct GNode {
-  std::string name, op;
-  lowering::LowerFn fn = nullptr;
-  std::shared_ptr<const OpArguments> schema;  // the op's argument names and roles
-  std::vector<GArg> args;
-  std::vector<GType> outs;
-  int64_t first_id = 0;  // value id of outs[0]
-};
-
-// One graph output: a value of the program, an input returned as is, or None.
-struct GOutput {
-  enum Kind { Value, Input, None } kind = None;
-  int64_t index = -1;  // value id or input index
-};
-
-c10::Scalar ScalarOf(const py::handle& h) {
-  if (py::isinstance<py::bool_>(h)) return c10::Scalar(h.cast<bool>());
-  if (py::isinstance<py::int_>(h)) return c10::Scalar(h.cast<int64_t>());
-  if (PyComplex_Check(h.ptr())) return c10::Scalar(c10::complex<double>(h.cast<std::complex<double>>()));
-  return c10::Scalar(h.cast<double>());
-}
-
-GType TypeOf(const py::handle& h) {
-  GType t;
-  if (h.is_none()) return t;
-  auto tup = h.cast<py::tuple>();
-  t.defined = true;
-  t.dtype = tup[0].cast<at::ScalarType>();
-  t.sizes = tup[1].cast<std::vector<int64_t>>();
-  if (tup.size() > 2) t.strides = tup[2].cast<std::vector<int64_t>>();
-  if (tup.size() > 3) t.cpu_scalar = tup[3].cast<bool>();
-  return t;
-}
-
-GArg ArgOf(const py::handle& h) {
-  auto tup = h.cast<py::tuple>();
-  GArg g;
-  g.kind = tup[0].cast<int>();
-  py::object v = tup.size() > 1 ? py::object(tup[1]) : py::object(py::none());
-  Arg& a = g.arg;
-  switch (g.kind) {
-    case kNoneArg: break;
-    case kTensorArg: a.kind = Arg::Kind::Tensor; g.id = v.cast<int64_t>(); break;
-    case kScalarArg: a.kind = Arg::Kind::Tensor; g.scalars.push_back(ScalarOf(v)); break;
-    case kIntArg: a.kind = Arg::Kind::Int; a.i = v.cast<int64_t>(); break;
-    case kDtypeArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<at::ScalarType>()); break;
-    case kLayoutArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(compat::LayoutFromPython(v)); break;
-    case kMemoryFormatArg: a.kind = Arg::Kind::Int; a.i = static_cast<int64_t>(v.cast<at::MemoryFormat>()); break;
-    case kDoubleArg: a.kind = Arg::Kind::Double; a.d = v.cast<double>(); break;
-    case kBoolArg: a.kind = Arg::Kind::Bool; a.b = v.cast<bool>(); break;
-    case kIntsArg: a.kind = Arg::Kind::IntList; a.ints = v.cast<std::vector<int64_t>>(); break;
-    case kDoublesArg: a.kind = Arg::Kind::DoubleList; a.doubles = v.cast<std::vector<double>>(); break;
-    case kBoolsArg:
-      a.kind = Arg::Kind::BoolList;
-      for (bool x : v.cast<std::vector<bool>>()) a.ints.push_back(x);
-      break;
-    case kStringArg: a.kind = Arg::Kind::String; a.s = v.cast<std::string>(); break;
-    case kTensorsArg: a.kind = Arg::Kind::TensorList; g.ids = v.cast<std::vector<int64_t>>(); break;
-    case kScalarsArg:
-      a.kind = Arg::Kind::TensorList;
-      for (py::handle s : v) g.scalars.push_back(ScalarOf(s));
-      break;
-    case kGeneratorArg: a.kind = Arg::Kind::Tensor; break;  // the default generator's state
-    default: throw std::invalid_argument("unknown argument kind " + std::to_string(g.kind));
-  }
-  return g;
-}
-
-// The classification of an op's arguments (arguments.h), once per op name; null for names
-// the dispatcher does not know.
-std::shared_ptr<const OpArguments> ArgumentsOf(const std::string& op) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::shared_ptr<const OpArguments>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(op);
-  if (it != cache.end()) return it->second;
-  auto dot = op.find('.');
-  auto handle = c10::Dispatcher::singleton().findOp(
-      c10::OperatorName(op.substr(0, dot), dot == std::string::npos ? "" : op.substr(dot + 1)));
-  std::shared_ptr<const OpArguments> args;
-  if (handle) args = std::make_shared<const OpArguments>(ClassifyArguments(*handle));
-  cache[op] = args;
-  return args;
-}
 
 // Thrown when a program cannot be built for these inputs; Python runs the graph eagerly.
 struct NotLowerable : std::runtime_error {
@@ -324,6 +220,7 @@ class Graph {
       slot.storage_nbytes = e[6].cast<int64_t>();
       slot.storage_elem = ToElemType(slot.dtype);
       slot.geometry.storage_numel = slot.storage_nbytes / static_cast<int64_t>(c10::elementSize(slot.dtype));
+      slot.storage_dims = GuessBufferDims(slot.geometry);
       slots.push_back(std::move(slot));
     }
     shlo::Precision precision = MatmulPrecision();
@@ -363,9 +260,29 @@ class Graph {
     at::ScalarType dtype = at::ScalarType::Float;
     const void* storage = nullptr;
     shlo::ElemType storage_elem = shlo::ElemType::F32;  // of the storage's buffer (else of the dtype)
+    std::vector<int64_t> storage_dims;                   // of the storage's buffer (empty: 1-D)
     int64_t storage_nbytes = 0;
     lowering::ViewGeometry geometry;
   };
+
+  // The buffer dims of an example input's storage (unknown ahead of the run): a tensor that
+  // covers its storage densely (a parameter, an op's result, or their transpose) was most
+  // likely made in that memory order (runtime.h TpuStorage), else the buffer is 1-D.
+  static std::vector<int64_t> GuessBufferDims(const lowering::ViewGeometry& g) {
+    if (g.offset != 0) return {};
+    std::vector<size_t> order(g.sizes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return g.strides[a] > g.strides[c]; });
+    std::vector<int64_t> dims;
+    int64_t expected = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (g.sizes[*it] != 1 && g.strides[*it] != expected) return {};
+      expected *= g.sizes[*it];
+    }
+    if (expected != g.storage_numel) return {};
+    for (size_t i : order) dims.push_back(g.sizes[i]);
+    return TpuStorage::ShapedDims(dims);
+  }
 
   static Slot SlotOf(const at::Tensor& t, bool cpu_scalar) {
     Slot slot;
@@ -375,6 +292,7 @@ class Graph {
     TpuStorage* s = StorageOf(t);
     slot.storage = s;
     slot.storage_elem = s->buffer ? s->elem : ToElemType(t.scalar_type());
+    if (s->buffer) slot.storage_dims = s->dims;
     slot.storage_nbytes = static_cast<int64_t>(s->nbytes);
     slot.geometry = GeometryOf(t);
     return slot;
@@ -551,7 +469,8 @@ class Graph {
     program->name = "compiled graph " + name_;
     shlo::Builder b;
     std::vector<shlo::Value> values(value_types_.size());
-    std::unordered_map<const void*, shlo::Value> storage_values;
+    std::unordered_map<const void*, shlo::Value> storage_values;  // 1-D, as views read them
+    std::unordered_map<const void*, std::vector<int64_t>> storage_dims;  // of their buffers
     std::unordered_map<size_t, shlo::Value> offset_values;  // by input: run-time view offsets
     auto offset_value = [&](size_t input) -> shlo::Value {
       auto it = offset_values.find(input);
@@ -585,8 +504,11 @@ class Graph {
       } else {
         shlo::ElemType elem = slot.storage_elem;
         program->params.push_back({ParamSource::Storage, static_cast<int>(i), elem});
-        storage = b.Param({elem, {slot.storage_nbytes / shlo::ByteSize(elem)}});
+        std::vector<int64_t> dims = slot.storage_dims;
+        if (dims.empty()) dims = {slot.storage_nbytes / static_cast<int64_t>(shlo::ByteSize(elem))};
+        storage = lowering::StorageParam(b, elem, dims);
         storage_values[param_key] = storage;
+        storage_dims[param_key] = dims;
       }
       values[i] = lowering::ReadViewOf(b, storage, want, slot.geometry, [&] { return offset_value(i); });
     }
@@ -627,22 +549,25 @@ class Graph {
       const void* s = slots[input].storage;
       const lowering::ViewGeometry& g = slots[input].geometry;
       shlo::Value v = value;
-      shlo::Value updated;
+      shlo::Value updated, buffer;
       if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
         updated = b.Reshape(v, {g.storage_numel});
+        buffer = lowering::AsBuffer(b, v);
       } else {
         updated = lowering::WriteViewOf(b, storage_values.at(s), g, v, [&] { return offset_value(input); });
+        buffer = lowering::WrittenBuffer(b, g, v, updated, storage_dims.at(s));
       }
       storage_values[s] = updated;
+      storage_dims[s] = buffer.type.dims;
       size_t w = 0;
       while (w < written.size() && written[w] != s) ++w;
       if (w == written.size()) {
         written.push_back(s);
-        program->writes.push_back({static_cast<int>(input), updated.type.elem});
-        results.push_back(updated);
+        program->writes.push_back({static_cast<int>(input), buffer.type.elem});
+        results.push_back(buffer);
       } else {
-        results[new_values_.size() + w] = updated;
-        program->writes[w].elem = updated.type.elem;
+        results[new_values_.size() + w] = buffer;
+        program->writes[w].elem = buffer.type.elem;
       }
     }
     // One i1 result per device check, after the writes (device_checks.h): a failed check

@@ -409,11 +409,13 @@ std::pair<uint64_t, uint64_t> NextPhiloxState(const std::optional<at::Generator>
   return g.get<TpuGenerator>()->Advance(increment);
 }
 
-void UploadWholeStorage(TpuStorage* storage, const void* data, shlo::ElemType elem) {
+void UploadWholeStorage(TpuStorage* storage, const void* data, shlo::ElemType elem, const std::vector<int64_t>& dims) {
   int64_t numel = static_cast<int64_t>(storage->nbytes / shlo::ByteSize(elem));
-  auto buffer = Runtime::Get().client().FromHost(data, runtime::ToPjrt(elem), {numel}, storage->device);
+  std::vector<int64_t> buffer_dims = TpuStorage::ShapedDims(dims);
+  if (buffer_dims.empty()) buffer_dims = {numel};
+  auto buffer = Runtime::Get().client().FromHost(data, runtime::ToPjrt(elem), buffer_dims, storage->device);
   runtime::GetMetrics().host_to_device_bytes += static_cast<int64_t>(storage->nbytes);
-  storage->Assign(std::move(buffer), elem);
+  storage->Assign(std::move(buffer), elem, {}, buffer_dims);
 }
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);

@@ -379,12 +379,13 @@ void WriteViewOnHost(const at::Tensor& dst, const at::Tensor& host) {
   view.set_(bytes.storage(), StorageOffsetOf(dst), dst.sizes(), dst.strides());
   view.copy_(host);
   shlo::ElemType elem = ToElemType(dst.scalar_type());
+  std::vector<int64_t> dims;  // the buffer keeps its shape
   {
     std::lock_guard<std::mutex> lock(s->mu);
-    if (s->buffer) elem = s->elem;
+    if (s->buffer) elem = s->elem, dims = s->dims;
   }
-  if (s->nbytes % shlo::ByteSize(elem) != 0) elem = shlo::ElemType::U8;
-  UploadWholeStorage(s, bytes.data_ptr(), elem);
+  if (s->nbytes % shlo::ByteSize(elem) != 0) elem = shlo::ElemType::U8, dims.clear();
+  UploadWholeStorage(s, bytes.data_ptr(), elem, dims);
   s->SetChecks(std::move(guards));
 }
 
@@ -417,7 +418,7 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
     auto g = GeometryOf(out);
     TpuStorage* s = StorageOf(out);
     if (lowering::IsWholeStorage(g)) {
-      UploadWholeStorage(s, host.data_ptr(), ToElemType(dst.scalar_type()));
+      UploadWholeStorage(s, host.data_ptr(), ToElemType(dst.scalar_type()), g.sizes);
       return dst;
     }
     bool other_elem_size;
@@ -447,7 +448,8 @@ at::Tensor CopyFrom(const at::Tensor& self, const at::Tensor& dst, bool non_bloc
     at::Tensor moved = at::empty({static_cast<int64_t>(s->nbytes / src.element_size())},
                                  src.options().device(dst.device()));
     pjrt::BufferPtr buffer = s->Materialize(ToElemType(src.scalar_type()));
-    StorageOf(moved)->Assign(Runtime::Get().client().CopyToDevice(*buffer, dst.device().index()), s->elem);
+    StorageOf(moved)->Assign(Runtime::Get().client().CopyToDevice(*buffer, dst.device().index()), s->elem, {},
+                             s->dims);
     src = moved.as_strided(src.sizes(), src.strides(), StorageOffsetOf(src));
   }
   c10::DeviceGuard guard(dst.device());

@@ -12,6 +12,7 @@
 #include "../runtime/background_compile.h"
 #include "../runtime/disk_cache.h"
 #include "../runtime/metrics.h"
+#include "../runtime/tpu_target.h"
 
 namespace py = pybind11;
 
@@ -59,6 +60,7 @@ py::dict MetricsDict() {
   d["fused_graphs_op_by_op"] = m.fused_graphs_op_by_op.load();
   d["fused_ops"] = m.fused_ops.load();
   d["fused_compile_waits"] = m.fused_compile_waits.load();
+  d["background_compiles_pending"] = runtime::PendingBackgroundCompiles();
   d["fused_switches"] = m.fused_switches();
   d["host_to_device_bytes"] = m.host_to_device_bytes.load();
   d["device_to_host_bytes"] = m.device_to_host_bytes.load();
@@ -163,6 +165,18 @@ PYBIND11_MODULE(_C, m) {
     return a.elapsedTime(b);
   });
   m.def("_metrics", &aten::MetricsDict);
+  m.def("_tpu_target_set_logging", &runtime::SetTpuTargetLogging);
+  m.def("_tpu_target_logging", &runtime::TpuTargetLogging);
+  m.def("_tpu_target_take", [](double wait_s) {
+    std::vector<runtime::TpuTargetProgram> taken;
+    {
+      py::gil_scoped_release release;
+      taken = runtime::TakeTpuTargetPrograms(wait_s);
+    }
+    py::list out;
+    for (const auto& p : taken) out.append(py::make_tuple(p.name, p.module_text, p.dump_path, p.from_disk));
+    return out;
+  });
   m.def("_set_eager_mode", [](const std::string& mode) {
     if (mode == "debug") aten::SetEagerMode(aten::EagerMode::kDebug);
     else if (mode == "strict") aten::SetEagerMode(aten::EagerMode::kStrict);

@@ -322,7 +322,8 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
   }
 
   // Parameters: one per distinct storage read, then run-time scalars and RNG states.
-  std::unordered_map<TpuStorage*, shlo::Value> storage_values;
+  std::unordered_map<TpuStorage*, shlo::Value> storage_values;  // 1-D, as views read them
+  std::unordered_map<TpuStorage*, std::vector<int64_t>> storage_dims;  // of the parameters' buffers
   std::vector<shlo::Value> slot_values(call.slots.size());
   size_t out_slot_begin = call.slots.size();
   if (e.variant == Variant::Out) {
@@ -335,9 +336,13 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     TpuStorage* s = StorageOf(t);
     auto it = storage_values.find(s);
     if (it != storage_values.end()) return it->second;
-    shlo::ElemType elem = (s->buffer || s->pending) ? s->elem : ToElemType(t.scalar_type());
+    bool typed = s->buffer || s->pending;
+    shlo::ElemType elem = typed ? s->elem : ToElemType(t.scalar_type());
     program->params.push_back({ParamSource::Storage, static_cast<int>(slot), elem});
-    shlo::Value v = b.Param({elem, {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))}});
+    std::vector<int64_t> dims = typed ? s->BufferDims() : std::vector<int64_t>{};
+    if (dims.empty()) dims = {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))};
+    shlo::Value v = lowering::StorageParam(b, elem, dims);
+    storage_dims[s] = dims;
     storage_values[s] = v;
     return v;
   };
@@ -463,23 +468,26 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     shlo::Value v = lowering::CastTo(ctx, result, TypeOf(t));
     auto g = GeometryOf(t);
     TpuStorage* s = StorageOf(t);
-    shlo::Value updated;
+    shlo::Value updated, buffer;
     if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
       updated = b.Reshape(v, {g.storage_numel});
+      buffer = lowering::AsBuffer(b, v);
     } else {
       updated = lowering::WriteViewOf(b, storage_value(target), g, v, [&] { return offset_value(target); });
+      buffer = lowering::WrittenBuffer(b, g, v, updated, storage_dims.at(s));
     }
     storage_values[s] = updated;
+    storage_dims[s] = buffer.type.dims;
     for (size_t w = 0; w < written.size(); ++w) {
       if (written[w] == s) {
-        outputs[first_write + w] = updated;
-        program->writes[w].elem = updated.type.elem;
+        outputs[first_write + w] = buffer;
+        program->writes[w].elem = buffer.type.elem;
         return;
       }
     }
     written.push_back(s);
-    outputs.push_back(updated);
-    program->writes.push_back({static_cast<int>(target), updated.type.elem});
+    outputs.push_back(buffer);
+    program->writes.push_back({static_cast<int>(target), buffer.type.elem});
   };
   if (e.variant == Variant::Functional) {
     for (size_t i = 0; i < results.size(); ++i) {

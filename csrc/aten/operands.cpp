@@ -33,7 +33,13 @@ void AddTensor(Operands& ops, std::vector<int64_t>& k, const at::Tensor& t, std:
   for (int64_t d : t.strides()) k.push_back(d);
   k.push_back(HasRunTimeOffset(t) ? -1 : StorageOffsetOf(t));  // -1: a run-time parameter
   k.push_back(static_cast<int64_t>(s->nbytes));
-  k.push_back((s->buffer || s->pending) ? static_cast<int64_t>(s->elem) : -1);
+  if (s->buffer || s->pending) {
+    k.push_back(static_cast<int64_t>(s->elem));
+    k.push_back(static_cast<int64_t>(s->dims.size()));  // the buffer's shape (runtime.h): 0 when 1-D
+    for (int64_t d : s->dims) k.push_back(d);
+  } else {
+    k.push_back(-1);
+  }
   int64_t alias = -1;
   for (size_t i = 0; i < seen.size(); ++i)
     if (seen[i] == s) alias = static_cast<int64_t>(i);

@@ -48,12 +48,26 @@ std::vector<Value> LowerUnaryKeepType(Ctx& ctx, const Args& a) {
   return {Apply(ctx, Op, CastTo(ctx, a.tensor(0), ctx.out()))};
 }
 
-// sign(x) = (0 < x) - (x < 0), as the CPU computes it: 0 for NaN (stablehlo.sign keeps NaN).
+// sign(x) = (0 < x) - (x < 0), as the CPU computes it: +0 for -0 and for NaN (stablehlo.sign
+// keeps both). sgn(z) = z / |z|, 0 for z == 0 (+0, whatever the zero's signs), NaN parts for a
+// NaN modulus: the CPU's formula, where stablehlo.sign keeps -0 and gives 1/sqrt(2) for 1+nanj.
 std::vector<Value> LowerSign(Ctx& ctx, const Args& a) {
-  std::vector<Value> r = LowerUnaryKeepType<kSign>(ctx, a);
-  if (!IsFloat(ctx.out().elem) || IsComplex(a.tensor(0).type.elem)) return r;
-  Value x = CastTo(ctx, a.tensor(0), ctx.out());
-  return {ctx.b.Select(IsNan(ctx, x), Const(ctx, 0, r[0]), r[0])};
+  Value x = a.tensor(0);
+  if (IsComplex(x.type.elem)) {
+    TensorType part{x.type.elem == ElemType::C64 ? ElemType::F32 : ElemType::F64, x.type.dims};
+    Value re = ctx.b.Op1("stablehlo.real", {x}, part), im = ctx.b.Op1("stablehlo.imag", {x}, part);
+    // |z| is NaN when a part is (the CPU's hypot; XLA's complex abs can drop the NaN).
+    Value modulus = ctx.b.Select(Or(ctx, IsNan(ctx, re), IsNan(ctx, im)), Const(ctx, NAN, re),
+                                 ctx.b.Op1("stablehlo.abs", {x}, part));
+    Value unit = ctx.b.Op1("stablehlo.complex", {Div(ctx, re, modulus), Div(ctx, im, modulus)}, x.type);
+    Value zero = ctx.b.Compare(Cmp::EQ, modulus, Const(ctx, 0, modulus));
+    return {CastTo(ctx, ctx.b.Select(zero, ctx.b.Constant(0, x.type), unit), ctx.out())};
+  }
+  if (!IsFloat(ctx.out().elem)) return LowerUnaryKeepType<kSign>(ctx, a);
+  x = OpmathOperand(ctx, a, 0);
+  Value zero = Const(ctx, 0, x);
+  Value negative = ctx.b.Select(ctx.b.Compare(Cmp::LT, x, zero), Const(ctx, -1, x), zero);
+  return OpmathResult(ctx, ctx.b.Select(ctx.b.Compare(Cmp::GT, x, zero), Const(ctx, 1, x), negative));
 }
 
 // trunc(x) = sign(x) * floor(|x|); integers are already whole.

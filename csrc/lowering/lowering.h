@@ -222,8 +222,22 @@ Value WriteViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset
 Value ReadViewOf(Builder& b, Value storage, ElemType elem, const ViewGeometry& g,
                  const std::function<Value()>& offset);
 Value WriteViewOf(Builder& b, Value storage, ViewGeometry g, Value value, const std::function<Value()>& offset);
-// Lays a logical array out in a fresh storage with the given (dense, non-overlapping) strides.
+// A storage's device buffer is shaped like the tensor that made it or last wrote it whole
+// (TPUs tile arrays of rank >= 2: reshaping a flat buffer to a matrix is a relayout copy).
+// Programs read a storage as a parameter of its buffer's dims flattened (StorageParam): a view
+// that is the whole buffer reads it back unchanged, since shlo::Builder folds reshape chains.
+// The buffer of a value: the value itself when of rank >= 2 and not empty, else 1-D.
+Value AsBuffer(Builder& b, Value value);
+// Lays a logical array out in a fresh storage with the given (dense, non-overlapping) strides:
+// the buffer is the array transposed into memory order, in that shape (AsBuffer).
 Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides);
+// A storage parameter of `buffer_dims`, returned as the 1-D storage value views read.
+Value StorageParam(Builder& b, ElemType elem, const std::vector<int64_t>& buffer_dims);
+// The buffer a write of `value` into view `g` leaves, `updated` being the 1-D storage value
+// after it (WriteViewOf): a write of the whole storage takes the written tensor's shape, a
+// partial one keeps the storage's `buffer_dims` (1-D when the write changed the element type).
+Value WrittenBuffer(Builder& b, const ViewGeometry& g, Value value, Value updated,
+                    const std::vector<int64_t>& buffer_dims);
 // The bytes of a 1-D storage value read as `elem` (a view(dtype), a bool tensor's untyped
 // storage read as uint8): [n] of one type -> [n * size / size'] of the other. bool bytes are
 // 0/1; complex numbers are their (real, imag) pairs.

@@ -150,11 +150,29 @@ Value WriteViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset
   return b.Scatter1D(storage, b.Reshape(idx, {numel}), b.Reshape(value, {numel}));
 }
 
+Value AsBuffer(Builder& b, Value value) {
+  int64_t numel = value.type.numel();
+  if (value.type.dims.size() >= 2 && numel > 0) return value;
+  return b.Reshape(value, {numel});
+}
+
 Value LayOut(Builder& b, Value value, const std::vector<int64_t>& strides) {
   std::vector<int64_t> perm(strides.size());
   std::iota(perm.begin(), perm.end(), 0);
   std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t c) { return strides[a] > strides[c]; });
-  return b.Reshape(b.Transpose(value, perm), {value.type.numel()});
+  return AsBuffer(b, b.Transpose(value, perm));
+}
+
+Value StorageParam(Builder& b, ElemType elem, const std::vector<int64_t>& buffer_dims) {
+  Value param = b.Param({elem, buffer_dims});
+  return b.Reshape(param, {param.type.numel()});
+}
+
+Value WrittenBuffer(Builder& b, const ViewGeometry& g, Value value, Value updated,
+                    const std::vector<int64_t>& buffer_dims) {
+  if (IsWholeStorage(g) && value.type.elem == updated.type.elem) return AsBuffer(b, value);
+  if (updated.type.numel() == TensorType{updated.type.elem, buffer_dims}.numel()) return b.Reshape(updated, buffer_dims);
+  return updated;
 }
 
 namespace {

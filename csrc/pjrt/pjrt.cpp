@@ -571,6 +571,47 @@ std::string PortableCompileOptions() {
   return options;
 }
 
+std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions) {
+  if (num_replicas == 1 && num_partitions == 1) return PortableCompileOptions();
+  // ExecutableBuildOptionsProto: device_ordinal(1) = -1, num_replicas(4), num_partitions(5),
+  // use_spmd_partitioning(6), device_assignment(9): DeviceAssignmentProto replica_count(1),
+  // computation_count(2), one computation_devices(3) per partition holding replica_device_ids(1).
+  std::string assignment;
+  AppendTag(assignment, 1, 0);
+  AppendVarint(assignment, static_cast<uint64_t>(num_replicas));
+  AppendTag(assignment, 2, 0);
+  AppendVarint(assignment, static_cast<uint64_t>(num_partitions));
+  for (int64_t p = 0; p < num_partitions; ++p) {
+    std::string devices;
+    for (int64_t r = 0; r < num_replicas; ++r) {
+      AppendTag(devices, 1, 0);
+      AppendVarint(devices, static_cast<uint64_t>(r * num_partitions + p));
+    }
+    AppendTag(assignment, 3, 2);
+    AppendVarint(assignment, devices.size());
+    assignment += devices;
+  }
+  std::string build;
+  AppendTag(build, 1, 0);
+  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
+  AppendTag(build, 4, 0);
+  AppendVarint(build, static_cast<uint64_t>(num_replicas));
+  AppendTag(build, 5, 0);
+  AppendVarint(build, static_cast<uint64_t>(num_partitions));
+  if (num_partitions > 1) {
+    AppendTag(build, 6, 0);
+    AppendVarint(build, 1);
+  }
+  AppendTag(build, 9, 2);
+  AppendVarint(build, assignment.size());
+  build += assignment;
+  std::string options;
+  AppendTag(options, 3, 2);
+  AppendVarint(options, build.size());
+  options += build;
+  return options;
+}
+
 std::string ReplicatedCompileOptions(const std::vector<int64_t>& device_ids) {
   // DeviceAssignmentProto: replica_count(1), computation_count(2) = 1, and one
   // computation_devices(3) { replica_device_ids(1) } holding the replicas' devices.

@@ -179,6 +179,11 @@ class Client {
 // on an empty one).
 std::string PortableCompileOptions();
 
+// The CompileOptionsProto for a program over num_replicas x num_partitions devices: the runtime's
+// portable single-device options for 1 x 1, otherwise the same build options with those counts,
+// SPMD partitioning when num_partitions > 1, and a device assignment of devices 0..n-1.
+std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions);
+
 // CompileOptionsProto for a program replicated over `device_ids` (PJRT global ids, one
 // replica each, in replica order): cross-replica collectives run between them.
 std::string ReplicatedCompileOptions(const std::vector<int64_t>& device_ids);

@@ -1,6 +1,7 @@
 #include "background_compile.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -19,8 +20,9 @@ namespace tpu::runtime {
 struct CompileJob {
   enum State { kQueued, kRunning, kDone };
   std::string module, name, detail;
-  std::function<void(pjrt::ExecutablePtr)> done;
+  CompileDone done;
   State state = kQueued;  // guarded by the worker's mutex
+  pid_t tid = 0;          // the worker thread running it (its priority is raised for a waiter)
   const void* worker = nullptr;  // the worker it was queued to (a forked child has another)
 };
 
@@ -64,15 +66,26 @@ int CompileThreads() {
 // speed; on a fully loaded machine it may barely run, which FinishNow bounds.
 void LowerPriority() { (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19); }
 
+pid_t ThisThread() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// For tests only (TORCH_TPU_TEST_COMPILE_DELAY_MS): a worker sleeps this long before it takes
+// each job from the queue, as a worker starved of CPU would, so a test can show that no call
+// waits for compiles it does not need. The job stays queued meanwhile (FinishNow can take it).
+std::chrono::milliseconds TestDelay() {
+  static const int64_t ms = EnvInt("TORCH_TPU_TEST_COMPILE_DELAY_MS", 0, 3600000).value_or(0);
+  return std::chrono::milliseconds(ms);
+}
+
 // Compiles `job` on this thread; the caller has marked it running (and counted it).
 void Run(Worker& w, const CompileTicket& job) {
   pjrt::ExecutablePtr exe;
+  auto start = std::chrono::steady_clock::now();
   try {
     exe = Runtime::Get().Compile(job->module, job->name, /*notice=*/false, job->detail);
   } catch (const std::exception&) {
     // The graph's ops keep running through their own programs; a bad op raises there.
   }
-  job->done(std::move(exe));
+  job->done(std::move(exe), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   job->done = nullptr;  // it may hold what holds the ticket
   std::lock_guard<std::mutex> lock(w.mu);
   job->state = CompileJob::kDone;
@@ -89,12 +102,20 @@ void Loop() {
   std::unique_lock<std::mutex> lock(w.mu);
   for (;;) {
     w.cv.wait(lock, [&] { return !w.jobs.empty(); });
+    if (TestDelay().count() > 0) {
+      lock.unlock();
+      std::this_thread::sleep_for(TestDelay());
+      lock.lock();
+      if (w.jobs.empty()) continue;  // a flush took it meanwhile
+    }
     CompileTicket job = std::move(w.jobs.front());
     w.jobs.pop_front();
     job->state = CompileJob::kRunning;
+    job->tid = ThisThread();
     w.running++;
     lock.unlock();
     Run(w, job);
+    LowerPriority();  // a waiter may have raised it
     lock.lock();
   }
 }
@@ -115,8 +136,7 @@ bool BackgroundCompileEnabled() {
   return enabled;
 }
 
-CompileTicket CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
-                                  std::string detail) {
+CompileTicket CompileInBackground(std::string module, std::string name, CompileDone done, std::string detail) {
   Worker& w = GetWorker();
   auto job = std::make_shared<CompileJob>();
   job->module = std::move(module);
@@ -142,7 +162,7 @@ void CompileAhead(std::string module, std::string name, std::string detail) {
   job->module = std::move(module);
   job->name = std::move(name);
   job->detail = std::move(detail);
-  job->done = [](pjrt::ExecutablePtr) {};
+  job->done = [](pjrt::ExecutablePtr, double) {};
   job->worker = &w;
   {
     std::lock_guard<std::mutex> lock(w.mu);
@@ -168,7 +188,17 @@ void FinishNow(const CompileTicket& ticket) {
     Run(w, ticket);
     return;
   }
+  // A worker compiles it at nice 19: at the waiter's urgency from now on (a process without
+  // CAP_SYS_NICE may not lower a nice value; it then keeps waiting at 19).
+  if (ticket->state == CompileJob::kRunning && ticket->tid != 0)
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(ticket->tid), getpriority(PRIO_PROCESS, 0));
   w.done_cv.wait(lock, [&] { return ticket->state == CompileJob::kDone; });
+}
+
+int64_t PendingBackgroundCompiles() {
+  Worker& w = GetWorker();
+  std::lock_guard<std::mutex> lock(w.mu);
+  return static_cast<int64_t>(w.jobs.size()) + w.running;
 }
 
 void AwaitBackgroundCompiles() {

@@ -25,10 +25,11 @@ bool BackgroundCompileEnabled();
 
 // Queues `module` to compile on a worker thread (through Runtime::Compile, so the memory and
 // disk caches and the metrics see it); `done` runs there with the executable, or null when the
-// compile failed (the graph's ops then keep running one by one, where a failing op raises).
-// `detail` is for the dump only (Runtime::Compile).
-CompileTicket CompileInBackground(std::string module, std::string name, std::function<void(pjrt::ExecutablePtr)> done,
-                                  std::string detail = "");
+// compile failed (the graph's ops then keep running one by one, where a failing op raises),
+// and the seconds the compile took (on whichever thread ran it). `detail` is for the dump only
+// (Runtime::Compile).
+using CompileDone = std::function<void(pjrt::ExecutablePtr, double seconds)>;
+CompileTicket CompileInBackground(std::string module, std::string name, CompileDone done, std::string detail = "");
 
 // Compiles `module` now on a thread of its own, at normal priority: a compiled graph's program,
 // built from the graph's example inputs before its first run, so that XLA works while PyTorch
@@ -38,9 +39,13 @@ CompileTicket CompileInBackground(std::string module, std::string name, std::fun
 void CompileAhead(std::string module, std::string name, std::string detail = "");
 
 // Returns once the ticket's compile is done (its `done` has run): a job no worker has started is
-// taken from the queue and compiled on the calling thread, at its priority; one a worker runs is
-// waited for.
+// taken from the queue and compiled on the calling thread, at its priority, ahead of every other
+// queued job; one a worker runs is waited for, and that worker is raised to normal priority
+// (where the OS lets a process do so) for the rest of that compile.
 void FinishNow(const CompileTicket& ticket);
+
+// Compiles queued or running now (the background_compiles_pending counter). Never waits.
+int64_t PendingBackgroundCompiles();
 
 // Waits until every queued compile has finished: at exit (a compile still running when the
 // PJRT client's threads are torn down would abort the process; finishing also fills the disk

@@ -109,9 +109,12 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   // Every value the program writes is guarded by its own checks and by those of its inputs
   // (a compiled graph's outputs too: a failed check anywhere in it taints all its writes).
   size_t next = 0;
-  for (size_t i = 0; i < request.new_storages.size(); ++i)
-    request.new_storages[i]->Assign(outs[next++], p.new_elems[i], guards);
-  for (const WriteTarget& w : p.writes) request.storages[w.slot]->Assign(outs[next++], w.elem, guards);
+  for (size_t i = 0; i < request.new_storages.size(); ++i, ++next)
+    request.new_storages[i]->Assign(outs[next], p.new_elems[i], guards, p.result_types[next].dims);
+  for (const WriteTarget& w : p.writes) {
+    request.storages[w.slot]->Assign(outs[next], w.elem, guards, p.result_types[next].dims);
+    ++next;
+  }
   if (mode() == Mode::kDebug) {
     // Debug mode: the op's results are computed before it returns, and its checks raise here.
     for (const auto& b : outs) b->Await();

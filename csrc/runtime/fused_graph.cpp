@@ -1,6 +1,7 @@
 #include "fused_graph.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -26,6 +27,8 @@ struct FusedProgram {
   // executor's graph lock), so plain fields.
   int64_t op_by_op_runs = 0;
   int64_t waits_while_compiling = 0;
+  double op_by_op_s = 0;  // time those flushes spent running op by op since the compile was queued
+  size_t num_ops = 0;
   bool switched = false;
 };
 
@@ -38,16 +41,55 @@ int64_t FusedCompileAfter() {
   return after;
 }
 
-// How many flushes of a structure may run op by op while its whole program compiles in the
-// background before a flush finishes the compile itself (TORCH_TPU_FUSED_WAIT_AFTER; 0: never).
-// A structure that keeps repeating is a loop's step, and its whole program is what makes fused
-// mode pay off; the worker runs at nice 19, and on a fully loaded machine it barely ran: in
-// bench/accelerator.py --small (load 11 on 2 cores) none of 90 flushes ever ran a whole program.
-// Waiting bounds the op-by-op flushes of a hot structure to COMPILE_AFTER + WAIT_AFTER. A job no
-// worker has started compiles in the flush, at the caller's priority.
+// When a flush stops running its structure op by op and finishes the structure's background
+// compile itself: once at least TORCH_TPU_FUSED_WAIT_AFTER (default 3; 0: never) flushes of it
+// ran op by op while it compiled, AND those flushes together spent TORCH_TPU_FUSED_WAIT_RATIO
+// (default 1; 0: the count alone decides) times the structure's expected compile time running
+// op by op. A structure that keeps repeating is a loop's step, whose whole program is what makes
+// fused mode pay off, and the worker runs at nice 19: on a fully loaded machine it barely ran (in
+// bench/accelerator.py --small none of 90 flushes ever ran a whole program), and on an
+// accelerator a hot step op by op is many times slower than its whole program. But a count
+// alone made every structure of a call wait together: the 5th generate() of a fresh process
+// compiled 49 structures in the flushes (15 s) whose op-by-op runs had cost 2 ms each. Waiting
+// once the op-by-op time has paid for a compile (ski rental) bounds what running op by op can
+// lose to about twice the compile, and a structure the op-by-op path serves cheaply never
+// waits. Only that structure's compile is finished: a job no worker has started compiles in the
+// flush, ahead of the queue; one a worker runs is waited for at the caller's priority.
 int64_t FusedWaitAfter() {
   static int64_t after = EnvInt("TORCH_TPU_FUSED_WAIT_AFTER", 0, INT64_MAX).value_or(3);
   return after;
+}
+
+int64_t FusedWaitRatio() {
+  static int64_t ratio = EnvInt("TORCH_TPU_FUSED_WAIT_RATIO", 0, INT64_MAX).value_or(1);
+  return ratio;
+}
+
+// Whole-graph compiles measured so far (on workers or in flushes), for the expected compile
+// time of a structure still compiling.
+std::atomic<int64_t> g_fused_compile_us{0};
+std::atomic<int64_t> g_fused_compile_ops{0};
+
+// The expected compile time of a whole graph of `num_ops` ops: the measured whole-graph compile
+// time per op, or before any whole graph has compiled, the mean compile time of this process's
+// programs (a whole graph takes at least as long as one op's program); 0 (the count alone
+// decides) in a process that has compiled nothing yet, every program coming from the disk cache.
+double ExpectedCompileSeconds(size_t num_ops) {
+  int64_t ops = g_fused_compile_ops.load(std::memory_order_relaxed);
+  if (ops > 0) return 1e-6 * static_cast<double>(g_fused_compile_us.load(std::memory_order_relaxed)) * num_ops / ops;
+  const Metrics& m = GetMetrics();
+  int64_t programs = m.programs_compiled.load();
+  return programs > 0 ? 1e-6 * static_cast<double>(m.compile_time_us.load()) / programs : 0.0;
+}
+
+// Whether this flush finishes `fused`'s compile rather than run its ops one by one again.
+bool WaitForCompile(FusedProgram& fused) {
+  if (FusedWaitAfter() == 0 || ++fused.waits_while_compiling < FusedWaitAfter()) return false;
+  return fused.op_by_op_s >= static_cast<double>(FusedWaitRatio()) * ExpectedCompileSeconds(fused.num_ops);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::mutex g_fused_mu;
@@ -93,9 +135,12 @@ void FusedGraph::Record(const Request& request) {
 
   // Results: fresh tensors and written storages now hold values of this graph.
   int r = first_result;
-  for (size_t i = 0; i < request.new_storages.size(); ++i)
-    MarkPending(request.new_storages[i], r++, p.new_elems[i], guards);
-  for (const WriteTarget& w : p.writes) MarkPending(request.storages[w.slot], r++, w.elem, guards);
+  for (size_t i = 0; i < request.new_storages.size(); ++i, ++r)
+    MarkPending(request.new_storages[i], r, p.new_elems[i], value_types_[r].dims, guards);
+  for (const WriteTarget& w : p.writes) {
+    MarkPending(request.storages[w.slot], r, w.elem, value_types_[r].dims, guards);
+    ++r;
+  }
   for (const CheckPtr& c : fresh) checks_.push_back({r++, c});
 }
 
@@ -142,7 +187,7 @@ void FusedGraph::Flush(const char* cause) {
     }
   }
   if (fused && fused->state.load(std::memory_order_acquire) == FusedProgram::kCompiling && fused->ticket &&
-      FusedWaitAfter() > 0 && ++fused->waits_while_compiling >= FusedWaitAfter()) {
+      WaitForCompile(*fused)) {
     metrics.fused_compile_waits++;
     FinishNow(fused->ticket);  // sets the state
     fused->ticket.reset();
@@ -150,7 +195,9 @@ void FusedGraph::Flush(const char* cause) {
   if (fused && fused->state.load(std::memory_order_acquire) != FusedProgram::kReady) {
     metrics.fused_graphs_op_by_op++;  // still compiling in the background, or it failed to
     fused->op_by_op_runs++;
+    auto start = std::chrono::steady_clock::now();
     RunOneByOne(outputs, targets);
+    fused->op_by_op_s += SecondsSince(start);
     return;
   }
   if (!fused) {
@@ -177,10 +224,13 @@ void FusedGraph::Flush(const char* cause) {
     fused->op_by_op_runs = seen - 1;  // the flushes of this structure before this one
     if (later) {
       fused->op_by_op_runs++;  // this one too
+      fused->num_ops = calls_.size();
       CompileLater(std::move(module), what, std::move(detail), fused);
       metrics.fused_graphs_compiled++;  // counted when decided, as a compile in the flush was
       metrics.fused_graphs_op_by_op++;
+      auto start = std::chrono::steady_clock::now();
       RunOneByOne(outputs, targets);
+      fused->op_by_op_s += SecondsSince(start);
       return;
     }
     if (!fused->exe) {  // seen once, and not in the disk cache
@@ -242,8 +292,12 @@ void FusedGraph::CompileLater(std::string module, const std::string& what, std::
   }
   fused->ticket = CompileInBackground(
       std::move(module), what,
-      [fused](pjrt::ExecutablePtr exe) {
+      [fused](pjrt::ExecutablePtr exe, double seconds) {
         bool ok = static_cast<bool>(exe);
+        if (ok) {
+          g_fused_compile_us += static_cast<int64_t>(seconds * 1e6);
+          g_fused_compile_ops += static_cast<int64_t>(fused->num_ops);
+        }
         fused->exe = std::move(exe);
         fused->state.store(ok ? FusedProgram::kReady : FusedProgram::kFailed, std::memory_order_release);
       },
@@ -306,9 +360,11 @@ int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
   return id;
 }
 
-void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards) {
+void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const std::vector<int64_t>& dims,
+                             const CheckSet& guards) {
   s->pending = true;
   s->elem = elem;
+  s->dims = TpuStorage::ShapedDims(dims);
   s->SetChecks(guards);
   storage_value_[s->uid] = value;
   elem_[s->uid] = elem;

@@ -41,7 +41,8 @@ class FusedGraph {
   // For the dump (TORCH_TPU_DUMP_DIR): which op each @f<id> of the module is, and how often it is called.
   std::string Functions() const;
   int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type);
-  void MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const CheckSet& guards);
+  void MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const std::vector<int64_t>& dims,
+                   const CheckSet& guards);
   std::string ModuleText(const std::vector<int>& outputs);
   void Reset();
 

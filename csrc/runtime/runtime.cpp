@@ -16,6 +16,7 @@
 #include "long_wait.h"
 #include "metrics.h"
 #include "program.h"
+#include "tpu_target.h"
 
 namespace tpu::runtime {
 namespace {
@@ -69,17 +70,26 @@ pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
   if (!error.empty()) throw std::runtime_error(error);
   if (buffer) return buffer;
   elem = elem_if_new;
+  dims.clear();
   std::vector<char> zeros(nbytes, 0);
   buffer = Runtime::Get().client().FromHost(zeros.data(), ToPjrt(elem), {numel()}, device);
   return buffer;
 }
 
-void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards) {
+std::vector<int64_t> TpuStorage::ShapedDims(const std::vector<int64_t>& buffer_dims) {
+  if (buffer_dims.size() < 2) return {};
+  for (int64_t d : buffer_dims)
+    if (d == 0) return {};
+  return buffer_dims;
+}
+
+void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards, const std::vector<int64_t>& buffer_dims) {
   // The open graph would later overwrite this value with a stale one: run it first.
   if (pending) Executor::Get().Flush("overwrite of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
+  dims = ShapedDims(buffer_dims);
   error.clear();
   checks = std::move(guards);
   guarded.store(!checks.empty(), std::memory_order_release);
@@ -190,6 +200,7 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   (void)EnvInt("TORCH_TPU_FUSED_MAX_OPS", 1, INT64_MAX);  // read by fused mode, checked in every mode
   (void)EnvInt("TORCH_TPU_FUSED_COMPILE_AFTER", 1, INT64_MAX);
   (void)EnvInt("TORCH_TPU_FUSED_WAIT_AFTER", 0, INT64_MAX);
+  (void)EnvInt("TORCH_TPU_FUSED_WAIT_RATIO", 0, INT64_MAX);
   (void)EnvInt("TORCH_TPU_FUSED_COMPILE_THREADS", 1, 64);
   double wait_notice_s = EnvSeconds("TORCH_TPU_WAIT_NOTICE_S").value_or(5.0);
   auto plugin = pjrt::Plugin::Load(config_.plugin_path);
@@ -318,7 +329,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
   m.disk_cache_hits++;
   m.disk_load_time_us +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-  Dump(module_text, op_name, detail, /*from_disk=*/true, key);
+  LogForTpuTarget(op_name, module_text, Dump(module_text, op_name, detail, /*from_disk=*/true, key), true);
   std::lock_guard<std::mutex> lock(cache_mu_);
   return executables_.emplace(module_text, exe).first->second;
 }
@@ -370,6 +381,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
   std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
+  LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   std::optional<CompileNotice> waiting;

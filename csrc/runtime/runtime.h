@@ -25,9 +25,12 @@ struct Program;
 
 PJRT_Buffer_Type ToPjrt(shlo::ElemType t);
 
-// The memory behind one PyTorch storage: a 1-D device array holding its bytes as elements
-// of `elem`. `buffer` is null until first written (reads then see zeros). Swapping the
-// buffer is how writes land: every tensor viewing this storage sees the new value.
+// The memory behind one PyTorch storage: a device array holding its bytes as elements of
+// `elem`, shaped like the tensor that made it or last wrote it whole (`dims`), else 1-D.
+// TPUs tile arrays of rank >= 2, so a flat buffer read as a matrix is a relayout copy; a
+// buffer in the tensor's shape is read as it is. `buffer` is null until first written
+// (reads then see zeros). Swapping the buffer is how writes land: every tensor viewing this
+// storage sees the new value.
 struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   uint64_t uid = 0;       // never reused, unlike addresses: identifies the storage in fused graphs
   bool pending = false;   // its value is being computed by the open fused graph (not yet run)
@@ -37,6 +40,8 @@ struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   std::mutex mu;
   pjrt::BufferPtr buffer;
   shlo::ElemType elem = shlo::ElemType::U8;
+  // The buffer's dims when shaped (rank >= 2, product numel()); empty: 1-D [numel()].
+  std::vector<int64_t> dims;
   // Set when the fused graph that was to compute this value failed: reading it raises this
   // (the value never existed), until the storage is wholly overwritten.
   std::string error;
@@ -48,11 +53,17 @@ struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   std::atomic<bool> guarded{false};
 
   int64_t numel() const { return static_cast<int64_t>(nbytes / shlo::ByteSize(elem)); }
+  // The buffer's dims as a program parameter types it.
+  std::vector<int64_t> BufferDims() const { return dims.empty() ? std::vector<int64_t>{numel()} : dims; }
+  // What `dims` records for a buffer of these dims: only shapes of rank >= 2 holding elements.
+  static std::vector<int64_t> ShapedDims(const std::vector<int64_t>& buffer_dims);
   // The buffer, created as zeros of `elem_if_new` when never written.
   pjrt::BufferPtr Materialize(shlo::ElemType elem_if_new);
-  // A new value for the whole storage, guarded by `guards` (none for bytes from the host).
-  void Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards = {});
-  // Assign from the fused graph that computed a pending value (no flush).
+  // A new value for the whole storage, guarded by `guards` (none for bytes from the host),
+  // a buffer of dims `buffer_dims` (1-D when empty).
+  void Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards = {}, const std::vector<int64_t>& buffer_dims = {});
+  // Assign from the fused graph that computed a pending value (no flush); its dims were set
+  // when it became pending.
   void AssignComputed(pjrt::BufferPtr b, shlo::ElemType e);
   // The fused graph that was to compute this pending value failed with `message`.
   void MarkFailed(const std::string& message);

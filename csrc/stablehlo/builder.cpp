@@ -255,8 +255,14 @@ Value Builder::BitcastConvert(Value v, const TensorType& to) {
 }
 
 Value Builder::Reshape(Value v, const std::vector<int64_t>& dims) {
+  if (v.member < 0) {
+    auto it = reshaped_from_.find(v.id);
+    if (it != reshaped_from_.end()) v = it->second;
+  }
   if (v.type.dims == dims) return v;
-  return Op1("stablehlo.reshape", {v}, {v.type.elem, dims});
+  Value r = Op1("stablehlo.reshape", {v}, {v.type.elem, dims});
+  reshaped_from_[r.id] = v;
+  return r;
 }
 
 Value Builder::Transpose(Value v, const std::vector<int64_t>& perm) {

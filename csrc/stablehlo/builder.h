@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -127,6 +128,9 @@ class Builder {
 
  private:
   int next_id_ = 0;
+  // The operand of each reshape emitted (by result id): a reshape of a reshape reads the
+  // first operand, so a buffer flattened to read a view and shaped back costs nothing.
+  std::unordered_map<int, Value> reshaped_from_;
   std::vector<Value> params_;
   std::string body_;
   std::vector<std::pair<std::string, std::string>> imports_;

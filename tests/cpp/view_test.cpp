@@ -1,6 +1,7 @@
 // ReadView / WriteView / LayOut (csrc/lowering/view.cpp) run on the plugin against a host
 // reference computed from (sizes, strides, offset) alone, for every geometry PyTorch views
 // produce: slices, transposes, steps, diagonals, expands, size-1 dims, overlapping windows.
+#include <algorithm>
 #include <numeric>
 
 #include "lowering/lowering.h"
@@ -263,7 +264,15 @@ std::vector<float> DeviceLayOut(const std::vector<float>& value, const std::vect
   Builder b;
   Value v = b.Param({ElemType::F32, sizes});
   Value out = lowering::LayOut(b, v, strides);
-  EXPECT_EQ(out.type.dims, (std::vector<int64_t>{Numel(sizes)}));
+  // The buffer keeps the array's shape in memory order (dims sorted by falling stride) when of
+  // rank >= 2, as TPUs tile such arrays; otherwise it is 1-D.
+  std::vector<int64_t> perm(sizes.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t c) { return strides[a] > strides[c]; });
+  std::vector<int64_t> memory_order;
+  for (int64_t d : perm) memory_order.push_back(sizes[d]);
+  if (memory_order.size() < 2 || Numel(sizes) == 0) memory_order = {Numel(sizes)};
+  EXPECT_EQ(out.type.dims, memory_order);
   return RunModule(b, {out}, {HostTensor::Of(value, sizes)})[0].As<float>();
 }
 

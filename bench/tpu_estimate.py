@@ -1,0 +1,311 @@
+"""torch-tpu's programs against JAX jit's, both compiled by libtpu for a TPU topology (no TPU needed).
+
+Prints libtpu's cost model (GFLOP, HBM GB, modelled ms, relayout copies) per workload and variant. These
+are the compiler's estimates, not measurements; no TPU runs anything.
+
+Workloads: a Transformers Llama (2 layers, hidden 1024, intermediate 2816, 16/4 heads, vocab 32000, f32,
+eager attention, batch 4x512 unless --llama-batch) forward (the loss with labels=ids) and train step
+(forward and backward: the loss and every parameter's gradient, no optimizer), an MLP, a bf16 matmul and
+a Diffusers UNet2DConditionModel forward (one denoising step).
+
+Variants, each in a process of its own (only programs new to a process are compiled and reported):
+- strict: torch-tpu strict eager mode, summed over the per-op programs of one step;
+- fused: torch-tpu fused eager mode with TORCH_TPU_FUSED_COMPILE_AFTER=1, the "fused graph" programs
+  that run one step (the second of two steps; per-op programs that serve while a graph compiles are left out);
+- compiled: torch.compile(backend="tpu"), every graph of the step (forward and backward);
+- jax: jax.jit of the same computation (bench/jax_llama.py's Llama, the same shapes and dtypes),
+  lowered here and compiled for the topology by the same worker as torch-tpu's programs
+  (torch_tpu.tpu_target.compile_module). The UNet has no JAX version: Diffusers 0.42 dropped its
+  Flax UNet and writing one by hand is a project of its own, so it reports torch-tpu's variants only.
+
+Columns: programs, GFLOP, HBM GB ("bytes accessed"), modelled ms (the modelled part of optimal_seconds;
+`unmod` counts the instructions the model could not estimate), copies (copy instructions in the
+TPU-optimised HLO), pcopy (copies whose operand is an entry parameter), prel (those of them that change
+the parameter's layout: a relayout of an input buffer), and the ratios against JAX's program.
+
+--s64 also compiles each torch-tpu program a second time with its 64-bit integer arithmetic rewritten
+to 32 bits (a text rewrite of the StableHLO, for measuring only: s64 -> s32 wherever it appears) and
+prints what 64-bit index arithmetic costs.
+
+    python bench/tpu_estimate.py [--topology v5e:2x2|v6e:2x2] [--only llama] [--variants strict,compiled,jax]
+                                 [--llama-batch 4] [--s64] [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+os.environ.setdefault("TORCH_TPU_QUIET", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+import torch_tpu  # noqa: E402
+from torch_tpu import tpu_target  # noqa: E402
+
+VARIANTS = ("strict", "fused", "compiled", "jax")
+LLAMA = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2, num_attention_heads=16,
+             num_key_value_heads=4, max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
+             tie_word_embeddings=False)
+
+
+def _entry(hlo):
+    """The entry computation's lines: after "ENTRY", else the computation named main*, else the last."""
+    blocks = re.split(r"\n(?=\S[^\n]*\{\s*\n)", hlo)
+    for b in blocks:
+        if b.startswith("ENTRY "):
+            return b
+    mains = [b for b in blocks if b.startswith("main")]
+    return (mains or blocks or [""])[-1]
+
+
+def param_copies(hlo):
+    """(copies of an entry parameter, those of them that change its layout: relayouts). A copy is a
+    copy or copy-start instruction whose operand is an entry parameter."""
+    shapes, count, relayouts = {}, 0, 0
+    for line in _entry(hlo).splitlines():
+        m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (.*) (parameter|copy|copy-start)\((.*?)\)", line)
+        if not m:
+            continue
+        name, shape, op, operand = m.groups()
+        if op == "parameter":
+            shapes[name] = shape
+        elif operand.lstrip("%") in shapes:
+            count += 1
+            src = shapes[operand.lstrip("%")]
+            dst = re.search(r"[a-z0-9]+\[[^\]]*\]\{[^}]*\}", shape[1:] if op == "copy-start" else shape)
+            relayouts += bool(dst) and dst.group(0) != src
+    return count, relayouts
+
+
+def to_s32(text):
+    """The module with its 64-bit integer types and constants as 32-bit ones (measuring only)."""
+    return re.sub(r"(tensor<(?:\d+x)*)(u?)i64>", r"\1\2i32>", text)
+
+
+def _sum(rows, s64_rows=None):
+    t = tpu_target.totals(rows)
+    out = {"gflop": t["gflop"], "gb": t["hbm_mb"] / 1e3, "ms": t["modelled_ms"], "unmod": t["unmodelled"],
+           "copies": t["copies"], "param_copies": sum(param_copies(r["optimized_hlo"])[0] for r in rows if r["ok"]),
+           "param_relayouts": sum(param_copies(r["optimized_hlo"])[1] for r in rows if r["ok"]),
+           "errors": t["errors"], "programs": t["programs"],
+           "error_text": [r["error"].splitlines()[0][:200] for r in rows if not r["ok"] and r["error"]][:3]}
+    if s64_rows is not None:
+        s = tpu_target.totals(s64_rows)
+        out["s32"] = {"gb": s["hbm_mb"] / 1e3, "ms": s["modelled_ms"], "errors": s["errors"],
+                      "programs_with_s64": sum(1 for r in rows if r.get("has_s64"))}
+    return out
+
+
+# ---- workloads: each gives a torch step builder and (optionally) a JAX module -----------------------
+
+def _mlp_args():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(s, generator=g) for s in [(512, 1024), (1024, 4096), (4096, 1024)]]
+
+
+def mlp_torch(mode):
+    x, w1, w2 = (a.to("tpu") for a in _mlp_args())
+
+    def mlp(x, w1, w2):
+        return torch.nn.functional.gelu(x @ w1) @ w2
+    f = torch.compile(mlp, backend="tpu") if mode == "compiled" else mlp
+    return lambda: f(x, w1, w2)
+
+
+def mlp_jax():
+    import jax
+
+    def jmlp(x, w1, w2):
+        return jax.nn.gelu(x @ w1, approximate=False) @ w2
+    return jax.jit(jmlp).lower(*(_spec(a.shape, "float32") for a in _mlp_args())).as_text()
+
+
+def matmul_torch(mode):
+    a, b = (torch.randn(2048, 2048).bfloat16().to("tpu") for _ in range(2))
+    f = torch.compile(torch.matmul, backend="tpu") if mode == "compiled" else torch.matmul
+    return lambda: f(a, b)
+
+
+def matmul_jax():
+    import jax
+    import jax.numpy as jnp
+    return jax.jit(jnp.matmul).lower(_spec((2048, 2048), "bfloat16"), _spec((2048, 2048), "bfloat16")).as_text()
+
+
+def _spec(shape, dtype):
+    import jax
+    import jax.numpy as jnp
+    return jax.ShapeDtypeStruct(tuple(shape), getattr(jnp, dtype))
+
+
+def _llama_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**LLAMA, attn_implementation="eager")).float()
+
+
+def _llama_ids(batch):
+    return torch.randint(0, LLAMA["vocab_size"], (batch, 512), generator=torch.Generator().manual_seed(0))
+
+
+def llama_torch(mode, train, batch):
+    model = _llama_model().to("tpu")
+    model.train(train)
+    ids = _llama_ids(batch).to("tpu")
+    forward = torch.compile(model, backend="tpu") if mode == "compiled" else model
+
+    def step():
+        if not train:
+            with torch.no_grad():
+                return forward(input_ids=ids, labels=ids).loss
+        model.zero_grad(set_to_none=True)
+        loss = forward(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return model.lm_head.weight.grad
+    return step
+
+
+def llama_jax(train, batch):
+    import jax
+    import jax.numpy as jnp
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from jax_llama import llama_loss
+    shapes = {k: _spec(v.shape, "float32") for k, v in _llama_model().state_dict().items()}
+    ids = jax.ShapeDtypeStruct((batch, 512), jnp.int32)  # JAX's default integer (x64 off), as JAX users run it
+    cfg = dict(LLAMA)
+    f = jax.value_and_grad(llama_loss) if train else llama_loss
+    return jax.jit(lambda p, ids: f(p, ids, cfg)).lower(shapes, ids).as_text()
+
+
+def unet_torch(mode):
+    from diffusers import UNet2DConditionModel
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(block_out_channels=(128, 256), layers_per_block=1, sample_size=32, in_channels=4,
+                                out_channels=4, down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), cross_attention_dim=256,
+                                attention_head_dim=8, norm_num_groups=32).eval().to("tpu")
+    g = torch.Generator().manual_seed(0)
+    sample = torch.randn(2, 4, 32, 32, generator=g).to("tpu")
+    text = torch.randn(2, 77, 256, generator=g).to("tpu")
+    t = torch.tensor([500, 500]).to("tpu")
+    forward = torch.compile(unet, backend="tpu") if mode == "compiled" else unet
+
+    def step():
+        with torch.no_grad():
+            return forward(sample, t, encoder_hidden_states=text).sample
+    return step
+
+
+def workloads(batch):
+    return {
+        "llama-fwd": (f"Llama fwd {batch}x512 f32", lambda m: llama_torch(m, False, batch),
+                      lambda: llama_jax(False, batch)),
+        "llama-train": (f"Llama train {batch}x512 f32", lambda m: llama_torch(m, True, batch),
+                        lambda: llama_jax(True, batch)),
+        "mlp": ("MLP 512x1024x4096 f32", mlp_torch, mlp_jax),
+        "matmul": ("matmul 2048^3 bf16", matmul_torch, matmul_jax),
+        "unet": ("UNet2DCond 2x4x32x32 f32", unet_torch, None),
+    }
+
+
+# ---- one variant, in its own process ------------------------------------------------------------------
+
+def _s64_rows(rows, topology):
+    out = []
+    for r in rows:
+        text = r.get("module_text", "")
+        r["has_s64"] = bool(re.search(r"tensor<(?:\d+x)*u?i64>", text))
+        out.append(tpu_target.compile_module(to_s32(text), topology, name=r["name"]) if r["has_s64"] else r)
+    return out
+
+
+def one_variant(topology, key, variant, batch, s64):
+    name, torch_build, jax_build = workloads(batch)[key]
+    if variant == "jax":
+        rows = [tpu_target.compile_module(jax_build(), topology, name="jax")]
+        print("RESULT", json.dumps(_sum(rows)))
+        return
+    tpu_target.enable(topology)
+    step = torch_build(variant)
+    torch_tpu.synchronize() if hasattr(torch_tpu, "synchronize") else None
+    tpu_target.report(wait=True, clear=True)  # moving the inputs to the device is not the step
+    if variant == "fused":
+        with torch_tpu.eager_mode("fused"):
+            step().cpu()
+            step().cpu()
+        rows = [r for r in tpu_target.report(wait=True, clear=True) if r["name"].startswith("fused graph")]
+    else:
+        with torch_tpu.eager_mode("strict" if variant == "strict" else "fused"):
+            step().cpu()
+        rows = tpu_target.report(wait=True, clear=True)
+    print("RESULT", json.dumps(_sum(rows, _s64_rows(rows, topology) if s64 else None)))
+
+
+def run_variant(topology, key, variant, batch, s64):
+    env = dict(os.environ)
+    if variant == "fused":
+        env["TORCH_TPU_FUSED_COMPILE_AFTER"] = "1"
+    cmd = [sys.executable, os.path.abspath(__file__), "--topology", topology, "--one", key, variant,
+           "--llama-batch", str(batch)] + (["--s64"] if s64 else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise RuntimeError(f"{key} {variant}: " + out.stderr[-3000:])
+    return json.loads(lines[-1][7:])
+
+
+def _ratio(a, b):
+    return a / b if b else float("nan")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--topology", default="v5e:2x2")
+    p.add_argument("--only", default="llama-fwd,llama-train,mlp,matmul,unet")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--llama-batch", type=int, default=4)
+    p.add_argument("--s64", action="store_true")
+    p.add_argument("--json")
+    p.add_argument("--one", nargs=2)
+    a = p.parse_args()
+    if a.one:
+        return one_variant(a.topology, a.one[0], a.one[1], a.llama_batch, a.s64)
+    variants = a.variants.split(",")
+    print(f"libtpu cost model for {a.topology}: the compiler's estimates, not measurements (no TPU ran anything)")
+    print(f"{'workload':<26} {'variant':<9} {'progs':>5} {'GFLOP':>8} {'HBM GB':>8} {'model ms':>9} {'unmod':>5} "
+          f"{'copies':>6} {'pcopy':>5} {'prel':>4} {'GB/JAX':>7} {'ms/JAX':>7}", flush=True)
+    results = {}
+    table = workloads(a.llama_batch)
+    for key in a.only.split(","):
+        name, _, jax_build = table[key]
+        jax_t = run_variant(a.topology, key, "jax", a.llama_batch, False) if jax_build and "jax" in variants else None
+        for variant in variants:
+            if variant == "jax" and jax_t is None:
+                continue
+            try:
+                t = jax_t if variant == "jax" else run_variant(a.topology, key, variant, a.llama_batch, a.s64)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"{name:<26} {variant:<9} failed: {str(e)[-300:]}", flush=True)
+                continue
+            results[f"{key}/{variant}"] = t
+            gb_r = _ratio(t["gb"], jax_t["gb"]) if jax_t else float("nan")
+            ms_r = _ratio(t["ms"], jax_t["ms"]) if jax_t else float("nan")
+            print(f"{name:<26} {variant:<9} {t['programs']:>5} {t['gflop']:8.2f} {t['gb']:8.4f} {t['ms']:9.4f} "
+                  f"{t['unmod']:>5} {t['copies']:>6} {t['param_copies']:>5} {t['param_relayouts']:>4} {gb_r:7.2f} {ms_r:7.2f}"
+                  + (f"  ({t['errors']} errors: {t['error_text']})" if t["errors"] else ""), flush=True)
+            if "s32" in t:
+                s = t["s32"]
+                print(f"{'':<26} {'  as s32':<9} {s['programs_with_s64']:>5} {'':>8} {s['gb']:8.4f} {s['ms']:9.4f} "
+                      f"{'':>5} {'':>6} {'':>5} {'':>4} {_ratio(t['gb'], s['gb']):7.3f} {_ratio(t['ms'], s['ms']):7.3f}"
+                      f"  (s64/s32; {s['errors']} errors)", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"topology": a.topology, "llama_batch": a.llama_batch, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
