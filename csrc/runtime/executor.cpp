@@ -129,7 +129,6 @@ void Executor::Flush(const char* cause) {
   graph_->Flush(cause);
 }
 
-void Executor::AwaitFlush() { GraphLock lock(graph_mu_); }
 
 void Executor::Sync(const char* cause) { Flush(cause); }
 

@@ -56,8 +56,6 @@ class Executor {
   std::vector<pjrt::BufferPtr> Run(const Request& request);
   // Starts the open fused graph (asynchronously; the host does not wait).
   void Flush(const char* cause);
-  // Waits until no other thread is recording into or flushing the open graph (runs nothing).
-  void AwaitFlush();
   // A synchronisation point: runs the open graph. Failed device checks are not raised here:
   // they belong to the values they guard (device_checks.h), raised when those are read.
   void Sync(const char* cause);

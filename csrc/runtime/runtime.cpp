@@ -58,14 +58,6 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t) {
 
 pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
   if (pending) Executor::Get().Flush("read of a pending value");
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!error.empty()) throw std::runtime_error(error);
-    if (buffer) return buffer;
-  }
-  // Another thread may be running the graph that computes this value (a flush clears
-  // `pending` before it runs): never-written and about-to-be-written look alike until it ends.
-  Executor::Get().AwaitFlush();
   std::lock_guard<std::mutex> lock(mu);
   if (!error.empty()) throw std::runtime_error(error);
   if (buffer) return buffer;
@@ -149,8 +141,7 @@ void TpuStorage::ReadBytes(void* dst) const {
 void TpuStorage::ReadBytesUnchecked(void* dst) const {
   if (pending) Executor::Get().Flush("device to host");
   pjrt::BufferPtr b;
-  for (int attempt = 0; attempt < 2 && !b; ++attempt) {
-    if (attempt) Executor::Get().AwaitFlush();  // as in Materialize: another thread's flush may be writing it
+  {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));
     if (!error.empty()) throw std::runtime_error(error);
     b = buffer;
