@@ -168,8 +168,6 @@ def test_ddp_step_matches_one_device():
     assert delta["collectives_via_host"] == 0 and delta["collectives_on_device"] > 0, delta
 
 
-@pytest.mark.xfail(strict=True, reason="DTensor places the rank threads' shards on one device (tpu:0 and tpu:1 "
-                   "mixed in one addmm): the current tpu device is not per thread yet")
 def test_dtensor_tensor_parallel_linear_matches_one_device():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module

@@ -101,6 +101,43 @@ def _create_in_process_group(opts):
     return InProcessGroup(opts.group_rank, opts.group_size, opts.timeout)
 
 
+class _RankThreadsShardingPropagation:
+    """DTensor's ShardingPropagator._fake_mode_lock while rank threads run. DTensor finds an op's
+    output metadata by running it on fake tensors made with device=mesh.device_type ("tpu"),
+    which a fake mode resolves to the calling thread's current device (tpu:rank). FakeTensorMode's
+    dispatch cache is one per process and its keys hold the default device, not the current one:
+    a rank thread was handed fakes cached on another rank's device and raised on tpu:0 and tpu:1
+    mixed in one op. So propagations run one at a time (as PyTorch's threaded DTensor tests run
+    them) with that cache off."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cache_was = None
+
+    def __enter__(self):
+        import torch._dynamo.config as dynamo_config
+
+        self._lock.acquire()
+        self._cache_was = dynamo_config.fake_tensor_cache_enabled
+        dynamo_config.fake_tensor_cache_enabled = False
+        return self
+
+    def __exit__(self, *exc):
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.fake_tensor_cache_enabled = self._cache_was
+        self._lock.release()
+        return False
+
+
+def _sharding_propagator():
+    try:
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    except ImportError:  # a torch without DTensor
+        return None
+    return ShardingPropagator if hasattr(ShardingPropagator, "_fake_mode_lock") else None
+
+
 def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60), backend="tpu_dist"):
     """Runs fn(rank, world_size, *args) on `world_size` threads, each rank of a `backend` group
     (default "tpu_dist": collectives on the devices; "gloo": through the host) on device
@@ -114,6 +151,10 @@ def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60)
         raise ValueError(f"run_in_threads: {world_size} ranks need as many tpu devices, this process has "
                          f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets the CPU plugin's count)")
     _install_threaded_pg()
+    propagator = _sharding_propagator()
+    if propagator is not None:
+        saved_lock = propagator._fake_mode_lock
+        propagator._fake_mode_lock = _RankThreadsShardingPropagation()
     # Each thread registers its groups under the names the others use (functional collectives
     # find them by name): per-thread registries, as PyTorch's threaded tests set.
     torch._C._distributed_c10d._set_thread_isolation_mode(True)
@@ -140,6 +181,8 @@ def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60)
     finally:
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
         _uninstall_threaded_pg()
+        if propagator is not None:
+            propagator._fake_mode_lock = saved_lock
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
     if failed:
         rank, first = failed[0]
