@@ -1,11 +1,23 @@
 """torch.distributed on tpu tensors.
 
-Collectives on tpu tensors (all_reduce, all_gather, reduce_scatter, broadcast, send/recv, ...)
-run through the process group's CPU backend on host copies (csrc/aten/collectives.cpp), so
-`init_process_group("gloo")` serves tpu tensors as it serves CPU ones: DDP, DTensor, tensor
-parallelism and FSDP work across processes, one tpu device each (`torch.tpu.set_device(rank)`;
-`TORCH_TPU_NUM_DEVICES` gives the CPU plugin more than one device). The backend name
-"tpu_dist" (what Transformers asks for on tpu) is Gloo for both cpu and tpu tensors."""
+Between processes, collectives on tpu tensors (all_reduce, all_gather, reduce_scatter,
+broadcast, send/recv, ...) run through the process group's CPU backend on host copies
+(csrc/aten/collectives.cpp), so `init_process_group("gloo")` serves tpu tensors as it serves CPU
+ones: DDP, DTensor, tensor parallelism and FSDP work across processes, one tpu device each
+(`torch.tpu.set_device(rank)`; `TORCH_TPU_NUM_DEVICES` gives the CPU plugin more than one
+device). The backend name "tpu_dist" (what Transformers asks for on tpu) is Gloo for both cpu
+and tpu tensors; those host round trips are counted in
+`torch_tpu.metrics()["collectives_via_host"]`.
+
+Where the ranks are threads of one process, one device each (PyTorch's threaded world, as its
+own DTensor tests use; `run_in_threads` here), "tpu_dist" gives an in-process group instead:
+all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter and barrier run on
+the devices as one
+program replicated over the ranks' devices (csrc/aten/device_collectives.cpp), counted in
+`collectives_on_device`. Ranks that issue different collectives raise on every rank, naming
+both; a rank that never comes makes the others raise after the group's timeout."""
+import datetime
+import threading
 import warnings
 
 import torch
@@ -13,6 +25,7 @@ import torch
 from . import _C
 
 _registered = False
+IN_PROCESS_BACKEND = "tpu_threads"  # device_collectives.h's kInProcessBackend
 
 
 def install():
@@ -22,13 +35,158 @@ def install():
         return
     _registered = True
     if torch.distributed.is_gloo_available() and "tpu_dist" not in torch.distributed.Backend.backend_list:
-        torch.distributed.Backend.register_backend("tpu_dist", _create_tpu_dist, devices=["cpu", "tpu"])
+        torch.distributed.Backend.register_backend("tpu_dist", _create_tpu_dist, devices=["cpu", "tpu"],
+                                                   extended_api=True)
     failed = _C._register_collectives()
     if failed:  # another torch's c10d kernel signatures
         warnings.warn("torch_tpu: these torch.distributed collectives are unavailable on tpu: " + "; ".join(failed))
 
 
-def _create_tpu_dist(store, rank, size, timeout):
-    """init_process_group("tpu_dist"): a Gloo backend serves both devices; the tpu collectives
-    find it as the group's CPU backend."""
-    return torch.distributed.ProcessGroupGloo(store, rank, size, timeout)
+def _threaded_world():
+    """Whether torch.distributed's world is per thread (ranks are threads of this process)."""
+    return type(torch.distributed.distributed_c10d._world).__name__ == "ThreadLocalWorld"
+
+
+def _create_tpu_dist(opts, backend_options=None):
+    """init_process_group("tpu_dist"): among threads of this process, an in-process group whose
+    collectives run on the devices; else a Gloo backend serving both devices (the tpu
+    collectives find it as the group's CPU backend)."""
+    if _threaded_world():
+        return _create_in_process_group(opts)
+    return torch.distributed.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+
+def _done_work(result=None):
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    future = torch.futures.Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+class InProcessGroup(torch.distributed.ProcessGroup):
+    """A group whose ranks are threads of this process, one tpu device each. Its collectives
+    are c10d's own, which reach the tpu kernels (collectives.cpp); those see the backend name
+    and run on the devices. Only the barrier is its own (c10d runs one on a CPU tensor)."""
+
+    def __init__(self, rank, size, timeout):
+        super().__init__(rank, size)
+        # c10d keeps a group's name in its backends: a placeholder one holds it (the tpu
+        # kernels replace c10d's generic ones, so it never runs a collective; none for cpu,
+        # where it would fake results).
+        from torch._C._distributed_c10d import FakeProcessGroup
+
+        self._register_backend(torch.device("tpu"), torch.distributed.ProcessGroup.BackendType.CUSTOM,
+                               FakeProcessGroup._create_internal(rank, size))
+        self._timeout_s = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+
+    def getBackendName(self):
+        return IN_PROCESS_BACKEND
+
+    def barrier(self, opts=None):
+        device = torch.tpu.current_device() if opts is None or not opts.device_ids else opts.device_ids[0]
+        _C._in_process_barrier(self.group_name, self.rank(), self.size(), device, self._timeout_s)
+        return _done_work()
+
+    def __repr__(self):
+        return f"InProcessGroup(rank={self.rank()}, size={self.size()})"
+
+
+def _create_in_process_group(opts):
+    from torch.distributed.distributed_c10d import _store_based_barrier
+
+    if opts.group_rank == 0:  # before the others pass the barrier: no collective of it has started
+        _C._register_in_process_group(opts.group_id, opts.timeout.total_seconds())
+    _store_based_barrier(opts.group_rank, opts.store, "", opts.group_size, opts.timeout)
+    return InProcessGroup(opts.group_rank, opts.group_size, opts.timeout)
+
+
+class _RankThreadsShardingPropagation:
+    """DTensor's ShardingPropagator._fake_mode_lock while rank threads run. DTensor finds an op's
+    output metadata by running it on fake tensors made with device=mesh.device_type ("tpu"),
+    which a fake mode resolves to the calling thread's current device (tpu:rank). FakeTensorMode's
+    dispatch cache is one per process and its keys hold the default device, not the current one:
+    a rank thread was handed fakes cached on another rank's device and raised on tpu:0 and tpu:1
+    mixed in one op. So propagations run one at a time (as PyTorch's threaded DTensor tests run
+    them) with that cache off."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cache_was = None
+
+    def __enter__(self):
+        import torch._dynamo.config as dynamo_config
+
+        self._lock.acquire()
+        self._cache_was = dynamo_config.fake_tensor_cache_enabled
+        dynamo_config.fake_tensor_cache_enabled = False
+        return self
+
+    def __exit__(self, *exc):
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.fake_tensor_cache_enabled = self._cache_was
+        self._lock.release()
+        return False
+
+
+def _sharding_propagator():
+    try:
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    except ImportError:  # a torch without DTensor
+        return None
+    return ShardingPropagator if hasattr(ShardingPropagator, "_fake_mode_lock") else None
+
+
+def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60), backend="tpu_dist"):
+    """Runs fn(rank, world_size, *args) on `world_size` threads, each rank of a `backend` group
+    (default "tpu_dist": collectives on the devices; "gloo": through the host) on device
+    tpu:rank; returns the ranks' results. The first rank's exception is raised (the others' are
+    attached as its notes)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.multi_threaded_pg import (_install_threaded_pg,
+                                                                      _uninstall_threaded_pg)
+
+    if world_size > torch.tpu.device_count():
+        raise ValueError(f"run_in_threads: {world_size} ranks need as many tpu devices, this process has "
+                         f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets the CPU plugin's count)")
+    _install_threaded_pg()
+    propagator = _sharding_propagator()
+    if propagator is not None:
+        saved_lock = propagator._fake_mode_lock
+        propagator._fake_mode_lock = _RankThreadsShardingPropagation()
+    # Each thread registers its groups under the names the others use (functional collectives
+    # find them by name): per-thread registries, as PyTorch's threaded tests set.
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    store = dist.HashStore()
+    results, errors = [None] * world_size, [None] * world_size
+
+    def rank_main(rank):
+        try:
+            torch.tpu.set_device(rank)
+            dist.init_process_group(backend, rank=rank, world_size=world_size, store=store, timeout=timeout)
+            try:
+                results[rank] = fn(rank, world_size, *args)
+            finally:
+                dist.destroy_process_group()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            errors[rank] = e
+
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"tpu rank {r}") for r in range(world_size)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+        _uninstall_threaded_pg()
+        if propagator is not None:
+            propagator._fake_mode_lock = saved_lock
+    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if failed:
+        rank, first = failed[0]
+        for r, e in failed[1:]:
+            first.add_note(f"rank {r} raised too: {type(e).__name__}: {e}")
+        raise first
+    return results

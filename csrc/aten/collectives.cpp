@@ -1,7 +1,9 @@
-// torch.distributed collectives on tpu tensors. Each one runs on host copies through the
-// process group's CPU backend (gloo) and writes the results back into the tpu tensors: any
-// PJRT plugin, any number of processes, with PyTorch's own group and store machinery. The
-// host round trip is the price; PJRT's cross-device collectives are the fast path to come.
+// torch.distributed collectives on tpu tensors. Among ranks that are threads of this process
+// (one device each), the common ones run on the devices as one program (device_collectives.h).
+// Otherwise each runs on host copies through the process group's CPU backend (gloo) and
+// writes the results back into the tpu tensors: any PJRT plugin, any number of processes,
+// with PyTorch's own group and store machinery, at the price of the host round trip (counted
+// in torch_tpu.metrics()["collectives_via_host"], announced once).
 // Registered from Python (torch_tpu.distributed), over the generic PrivateUse1 kernels of
 // c10d's Ops.cpp, which expect a tpu backend inside the group.
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -11,6 +13,9 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+
+#include "device_collectives.h"
+#include "../runtime/metrics.h"
 
 namespace tpu::aten {
 namespace {
@@ -29,9 +34,15 @@ bool HasCpuBackend(const Group& group) {
 }
 
 c10::intrusive_ptr<c10d::Backend> Host(const Group& group) {
+  TORCH_CHECK(!InProcess(*group), "torch.distributed on tpu: this collective is not supported yet among ranks that "
+              "are threads of one process (all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter and barrier are)");
   TORCH_CHECK(HasCpuBackend(group),
               "torch.distributed on tpu runs collectives through the group's CPU backend; create the group with "
               "a backend that has one (init_process_group(\"gloo\"))");
+  runtime::GetMetrics().collectives_via_host++;
+  TORCH_WARN_ONCE("torch.distributed on tpu: collectives between processes run on host copies through Gloo "
+                  "(this plugin has no collectives across processes); torch_tpu.metrics()[\"collectives_via_host\"] "
+                  "counts them");
   return group->getBackend(c10::DeviceType::CPU);
 }
 
@@ -87,6 +98,10 @@ void Average(const ReduceOp& op, const Group& group, const TensorVec& host) {
 
 std::tuple<TensorVec, WorkPtr> Broadcast(const at::TensorList tensors, const Group& group, int64_t root_rank,
                                          int64_t root_tensor, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceBroadcast(*group, tensors.vec(), root_rank, Timeout(timeout));
+    return {tensors.vec(), Done(tensors.vec())};
+  }
   TensorVec ts = tensors.vec(), host = ToHost(ts);
   c10d::BroadcastOptions opts;
   opts.rootRank = root_rank;
@@ -101,6 +116,10 @@ std::tuple<TensorVec, WorkPtr> Broadcast(const at::TensorList tensors, const Gro
 std::tuple<TensorVec, WorkPtr> Allreduce(const at::TensorList tensors, const Group& group, const Op& op,
                                          const std::optional<at::Tensor>& sparse_indices, bool, int64_t timeout) {
   TORCH_CHECK(!sparse_indices.has_value(), "torch.distributed on tpu: sparse all_reduce is not supported");
+  if (InProcess(*group)) {
+    DeviceAllreduce(*group, tensors.vec(), *op, Timeout(timeout));
+    return {tensors.vec(), Done(tensors.vec())};
+  }
   TensorVec ts = tensors.vec(), host = ToHost(ts);
   c10d::AllreduceOptions opts;
   opts.reduceOp = HostOp(*op);
@@ -113,6 +132,10 @@ std::tuple<TensorVec, WorkPtr> Allreduce(const at::TensorList tensors, const Gro
 }
 
 WorkPtr AllreduceCoalesced(const at::TensorList tensors, const Group& group, const Op& op, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceAllreduce(*group, tensors.vec(), *op, Timeout(timeout));
+    return Done(tensors.vec());
+  }
   TensorVec ts = tensors.vec(), host = ToHost(ts);
   c10d::AllreduceCoalescedOptions opts;
   opts.reduceOp = HostOp(*op);
@@ -127,6 +150,12 @@ WorkPtr AllreduceCoalesced(const at::TensorList tensors, const Group& group, con
 std::tuple<std::vector<TensorVec>, WorkPtr> Allgather(const std::vector<TensorVec>& outputs,
                                                      const at::TensorList inputs, const Group& group, bool,
                                                      int64_t timeout) {
+  TensorVec flat;
+  for (const TensorVec& l : outputs) flat.insert(flat.end(), l.begin(), l.end());
+  if (InProcess(*group)) {
+    DeviceAllgather(*group, outputs, inputs.vec(), Timeout(timeout));
+    return {outputs, Done(flat)};
+  }
   std::vector<TensorVec> host_out = HostLike(outputs);
   TensorVec host_in = ToHost(inputs.vec());
   c10d::AllgatherOptions opts;
@@ -134,13 +163,15 @@ std::tuple<std::vector<TensorVec>, WorkPtr> Allgather(const std::vector<TensorVe
   WorkPtr w = Host(group)->allgather(host_out, host_in, opts);
   w->wait();
   Back(outputs, host_out);
-  TensorVec flat;
-  for (const TensorVec& l : outputs) flat.insert(flat.end(), l.begin(), l.end());
   return {outputs, Done(flat)};
 }
 
 std::tuple<at::Tensor, WorkPtr> AllgatherBase(at::Tensor& output, at::Tensor& input, const Group& group, bool,
                                               int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceAllgatherIntoTensor(*group, output, input, Timeout(timeout));
+    return {output, Done({output})};
+  }
   at::Tensor host_out = HostLike(output), host_in = ToHost(input);
   c10d::AllgatherOptions opts;
   opts.timeout = Timeout(timeout);
@@ -152,6 +183,10 @@ std::tuple<at::Tensor, WorkPtr> AllgatherBase(at::Tensor& output, at::Tensor& in
 
 WorkPtr AllgatherCoalesced(const std::vector<TensorVec>& outputs, const at::TensorList& inputs, const Group& group,
                            bool) {
+  if (InProcess(*group)) {
+    DeviceAllgather(*group, outputs, inputs.vec(), Timeout(0));
+    return Done();
+  }
   std::vector<TensorVec> host_out = HostLike(outputs);
   TensorVec host_in = ToHost(inputs.vec());
   WorkPtr w = Host(group)->allgather_coalesced(host_out, host_in);
@@ -162,7 +197,12 @@ WorkPtr AllgatherCoalesced(const std::vector<TensorVec>& outputs, const at::Tens
 
 WorkPtr AllgatherIntoTensorCoalesced(const at::TensorList outputs, const at::TensorList inputs, const Group& group,
                                      bool) {
-  TensorVec outs = outputs.vec(), host_out = HostLike(outs), host_in = ToHost(inputs.vec());
+  TensorVec outs = outputs.vec();
+  if (InProcess(*group)) {
+    for (size_t i = 0; i < outs.size(); ++i) DeviceAllgatherIntoTensor(*group, outs[i], inputs[i], Timeout(0));
+    return Done(outs);
+  }
+  TensorVec host_out = HostLike(outs), host_in = ToHost(inputs.vec());
   WorkPtr w = Host(group)->allgather_into_tensor_coalesced(host_out, host_in);
   w->wait();
   Back(outs, host_out);
@@ -171,6 +211,10 @@ WorkPtr AllgatherIntoTensorCoalesced(const at::TensorList outputs, const at::Ten
 
 std::tuple<TensorVec, WorkPtr> ReduceScatter(const at::TensorList& outputs, const std::vector<TensorVec>& inputs,
                                              const Group& group, const Op& op, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceReduceScatter(*group, outputs.vec(), inputs, *op, Timeout(timeout));
+    return {outputs.vec(), Done(outputs.vec())};
+  }
   TensorVec outs = outputs.vec(), host_out = HostLike(outs);
   std::vector<TensorVec> host_in = ToHost(inputs);
   c10d::ReduceScatterOptions opts;
@@ -185,6 +229,10 @@ std::tuple<TensorVec, WorkPtr> ReduceScatter(const at::TensorList& outputs, cons
 
 std::tuple<at::Tensor, WorkPtr> ReduceScatterBase(at::Tensor& output, at::Tensor& input, const Group& group,
                                                   const Op& op, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceReduceScatterTensor(*group, output, input, *op, Timeout(timeout));
+    return {output, Done({output})};
+  }
   at::Tensor host_out = HostLike(output), host_in = ToHost(input);
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = HostOp(*op);
@@ -198,7 +246,12 @@ std::tuple<at::Tensor, WorkPtr> ReduceScatterBase(at::Tensor& output, at::Tensor
 
 WorkPtr ReduceScatterTensorCoalesced(const at::TensorList outputs, const at::TensorList inputs, const Group& group,
                                      const Op& op, bool, int64_t timeout) {
-  TensorVec outs = outputs.vec(), host_out = HostLike(outs), host_in = ToHost(inputs.vec());
+  TensorVec outs = outputs.vec();
+  if (InProcess(*group)) {
+    for (size_t i = 0; i < outs.size(); ++i) DeviceReduceScatterTensor(*group, outs[i], inputs[i], *op, Timeout(timeout));
+    return Done(outs);
+  }
+  TensorVec host_out = HostLike(outs), host_in = ToHost(inputs.vec());
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = HostOp(*op);
   opts.timeout = Timeout(timeout);
@@ -211,6 +264,10 @@ WorkPtr ReduceScatterTensorCoalesced(const at::TensorList outputs, const at::Ten
 
 WorkPtr Reduce(const at::TensorList tensors, const Group& group, const Op& op, int64_t root_rank, int64_t root_tensor,
                bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceReduce(*group, tensors.vec(), *op, root_rank, Timeout(timeout));
+    return Done(tensors.vec());
+  }
   TensorVec ts = tensors.vec(), host = ToHost(ts);
   c10d::ReduceOptions opts;
   opts.reduceOp = HostOp(*op);
@@ -228,6 +285,10 @@ WorkPtr Reduce(const at::TensorList tensors, const Group& group, const Op& op, i
 
 WorkPtr Gather(const std::vector<TensorVec>& outputs, const at::TensorList& inputs, const Group& group,
                int64_t root_rank, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceGather(*group, outputs, inputs.vec(), root_rank, Timeout(timeout));
+    return Done();
+  }
   std::vector<TensorVec> host_out = HostLike(outputs);
   TensorVec host_in = ToHost(inputs.vec());
   c10d::GatherOptions opts;
@@ -241,6 +302,10 @@ WorkPtr Gather(const std::vector<TensorVec>& outputs, const at::TensorList& inpu
 
 std::tuple<TensorVec, WorkPtr> Scatter(const at::TensorList& outputs, const std::vector<TensorVec>& inputs,
                                        const Group& group, int64_t root_rank, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceScatter(*group, outputs.vec(), inputs, root_rank, Timeout(timeout));
+    return {outputs.vec(), Done(outputs.vec())};
+  }
   TensorVec outs = outputs.vec(), host_out = HostLike(outs);
   std::vector<TensorVec> host_in = ToHost(inputs);
   c10d::ScatterOptions opts;
@@ -274,7 +339,11 @@ WorkPtr AlltoallBase(at::Tensor& output, at::Tensor& input, const Group& group, 
   return Done({output});
 }
 
-WorkPtr Barrier(at::Tensor, const Group& group, const std::vector<int64_t>&, bool, int64_t timeout) {
+WorkPtr Barrier(at::Tensor tensor, const Group& group, const std::vector<int64_t>&, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceBarrier(group->getGroupName(), group->getRank(), group->getSize(), tensor.device().index(), timeout / 1000.0);
+    return Done();
+  }
   c10d::BarrierOptions opts;
   opts.timeout = Timeout(timeout);
   Host(group)->barrier(opts)->wait();

@@ -25,6 +25,9 @@ namespace tpu::aten {
 
 void RegisterCompositeKernels();  // kernels.cpp
 std::vector<std::string> RegisterCollectives();  // collectives.cpp: torch.distributed on tpu tensors
+// device_collectives.cpp: groups whose ranks are threads of this process
+void RegisterInProcessGroup(const std::string& name, double timeout_s);
+void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s);
 
 namespace {
 
@@ -67,6 +70,8 @@ py::dict MetricsDict() {
   d["recompile_reasons"] = m.recompiles();
   d["cpu_fallbacks"] = m.fallback_total.load();
   d["cpu_fallbacks_by_op"] = m.fallbacks();
+  d["collectives_on_device"] = m.collectives_on_device.load();
+  d["collectives_via_host"] = m.collectives_via_host.load();
   // Which formulation aten::_grouped_mm lowers to here, and how many programs took each.
   d["grouped_mm_path"] = lowering::RaggedDotInUse() ? "ragged_dot" : "tiled";
   d["grouped_mm_lowerings"] = lowering::GroupedMmLowerings();
@@ -87,6 +92,8 @@ PYBIND11_MODULE(_C, m) {
     aten::RegisterCompositeKernels();
   });
   m.def("_register_collectives", &aten::RegisterCollectives);
+  m.def("_register_in_process_group", &aten::RegisterInProcessGroup);
+  m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());
   m.def("_initialized", &runtime::Runtime::Initialized);
   m.def("_init", [] {
     // A forked child re-runs torch.tpu._lazy_init, which refuses to start there.

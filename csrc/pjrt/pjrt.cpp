@@ -357,6 +357,35 @@ std::vector<BufferPtr> Executable::Execute(PJRT_Device* device, const std::vecto
   return result;
 }
 
+std::vector<std::vector<BufferPtr>> Executable::ExecuteReplicated(
+    const std::vector<std::vector<PJRT_Buffer*>>& args) const {
+  size_t replicas = args.size(), num_args = replicas ? args[0].size() : 0;
+  auto options = Args<PJRT_ExecuteOptions>();
+  std::vector<int64_t> non_donatable(num_args);
+  for (size_t i = 0; i < num_args; ++i) non_donatable[i] = static_cast<int64_t>(i);
+  options.non_donatable_input_indices = non_donatable.data();
+  options.num_non_donatable_input_indices = non_donatable.size();
+  std::vector<PJRT_Buffer* const*> arg_lists(replicas);
+  std::vector<std::vector<PJRT_Buffer*>> outputs(replicas, std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer**> output_lists(replicas);
+  for (size_t r = 0; r < replicas; ++r) {
+    arg_lists[r] = args[r].data();
+    output_lists[r] = outputs[r].data();
+  }
+  auto exec = Args<PJRT_LoadedExecutable_Execute_Args>();
+  exec.executable = raw_;
+  exec.options = &options;
+  exec.argument_lists = arg_lists.data();
+  exec.num_devices = replicas;
+  exec.num_args = num_args;
+  exec.output_lists = output_lists.data();
+  plugin_->Check(plugin_->api()->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
+  std::vector<std::vector<BufferPtr>> result(replicas);
+  for (size_t r = 0; r < replicas; ++r)
+    for (PJRT_Buffer* b : outputs[r]) result[r].push_back(std::make_shared<Buffer>(plugin_, b));
+  return result;
+}
+
 std::string Executable::Serialize() const {
   const PJRT_Api* api = plugin_->api();
   auto get = Args<PJRT_LoadedExecutable_GetExecutable_Args>();
@@ -439,6 +468,17 @@ std::string Client::device_kind(size_t index) const {
   kind.device_description = desc.device_description;
   plugin_->Check(api->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
   return std::string(kind.device_kind, kind.device_kind_size);
+}
+
+int64_t Client::device_id(size_t index) const {
+  const PJRT_Api* api = plugin_->api();
+  auto desc = Args<PJRT_Device_GetDescription_Args>();
+  desc.device = device(index);
+  plugin_->Check(api->PJRT_Device_GetDescription(&desc), "PJRT_Device_GetDescription");
+  auto id = Args<PJRT_DeviceDescription_Id_Args>();
+  id.device_description = desc.device_description;
+  plugin_->Check(api->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+  return id.id;
 }
 
 BufferPtr Client::FromHost(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
@@ -566,6 +606,42 @@ std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions) {
   AppendVarint(build, assignment.size());
   build += assignment;
   std::string options;
+  AppendTag(options, 3, 2);
+  AppendVarint(options, build.size());
+  options += build;
+  return options;
+}
+
+std::string ReplicatedCompileOptions(const std::vector<int64_t>& device_ids) {
+  // DeviceAssignmentProto: replica_count(1), computation_count(2) = 1, and one
+  // computation_devices(3) { replica_device_ids(1) } holding the replicas' devices.
+  std::string ids;
+  for (int64_t id : device_ids) AppendVarint(ids, static_cast<uint64_t>(id));
+  std::string computation;
+  AppendTag(computation, 1, 2);
+  AppendVarint(computation, ids.size());
+  computation += ids;
+  std::string assignment;
+  AppendTag(assignment, 1, 0);
+  AppendVarint(assignment, device_ids.size());
+  AppendTag(assignment, 2, 0);
+  AppendVarint(assignment, 1);
+  AppendTag(assignment, 3, 2);
+  AppendVarint(assignment, computation.size());
+  assignment += computation;
+  // ExecutableBuildOptionsProto: device_ordinal(1) = -1, num_replicas(4), num_partitions(5) = 1,
+  // device_assignment(9).
+  std::string build;
+  AppendTag(build, 1, 0);
+  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
+  AppendTag(build, 4, 0);
+  AppendVarint(build, device_ids.size());
+  AppendTag(build, 5, 0);
+  AppendVarint(build, 1);
+  AppendTag(build, 9, 2);
+  AppendVarint(build, assignment.size());
+  build += assignment;
+  std::string options;  // CompileOptionsProto: executable_build_options(3)
   AppendTag(options, 3, 2);
   AppendVarint(options, build.size());
   options += build;

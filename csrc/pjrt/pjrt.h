@@ -122,6 +122,9 @@ class Executable {
   // nobody keeps included).
   std::vector<BufferPtr> Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args,
                                  EventPtr* done = nullptr) const;
+  // Runs a replicated executable once over all its devices: `args[i]` are replica i's
+  // arguments, and the result's [i] its outputs (asynchronous, as Execute).
+  std::vector<std::vector<BufferPtr>> ExecuteReplicated(const std::vector<std::vector<PJRT_Buffer*>>& args) const;
   // Empty when the plugin cannot serialize this executable (never throws for that).
   std::string Serialize() const;
   PJRT_LoadedExecutable* raw() const { return raw_; }
@@ -153,6 +156,7 @@ class Client {
   const std::vector<PJRT_Device*>& devices() const { return devices_; }
   PJRT_Device* device(size_t index) const;
   std::string device_kind(size_t index) const;
+  int64_t device_id(size_t index) const;  // the PJRT global id (replica device assignments name these)
 
   BufferPtr FromHost(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
                      size_t device_index) const;
@@ -179,6 +183,10 @@ std::string PortableCompileOptions();
 // portable single-device options for 1 x 1, otherwise the same build options with those counts,
 // SPMD partitioning when num_partitions > 1, and a device assignment of devices 0..n-1.
 std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions);
+
+// CompileOptionsProto for a program replicated over `device_ids` (PJRT global ids, one
+// replica each, in replica order): cross-replica collectives run between them.
+std::string ReplicatedCompileOptions(const std::vector<int64_t>& device_ids);
 
 size_t ElementSize(PJRT_Buffer_Type type);
 

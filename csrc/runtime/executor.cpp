@@ -129,6 +129,7 @@ void Executor::Flush(const char* cause) {
   graph_->Flush(cause);
 }
 
+
 void Executor::Sync(const char* cause) { Flush(cause); }
 
 pjrt::BufferPtr Executor::ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload) {

@@ -254,11 +254,14 @@ void FusedGraph::Flush(const char* cause) {
   int device = device_;
   std::vector<std::pair<int, CheckPtr>> checks = std::move(checks_);
   Runtime::Label label{programs_.back(), calls_.size()};
+  std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
   Reset();  // before running: a failure must not leave the graph half-flushed
   std::vector<pjrt::BufferPtr> outs;
   try {
     outs = rt.Execute(*fused->exe, device, raw, std::move(label));
-  } catch (const std::exception&) {
+  } catch (const std::exception& ex) {
+    std::string message = "tpu: " + what + " failed: " + ex.what();
+    for (auto& t : targets) t.first->MarkFailed(message);
     for (auto& c : checks) c.second->Abandon();
     throw;
   }
@@ -420,9 +423,10 @@ std::string FusedGraph::ModuleText(const std::vector<int>& outputs) {
   return shlo::WrapModule(functions + main);
 }
 
+// Empties the graph. Its storages stay pending: the flush that called this hands each its
+// value or its failure (a reader on another thread that saw `pending` cleared before the value
+// landed would read the previous buffer).
 void FusedGraph::Reset() {
-  for (auto& [uid, weak] : pending_order_)
-    if (std::shared_ptr<TpuStorage> s = weak.lock()) s->pending = false;
   device_ = -1;
   calls_.clear();
   programs_.clear();

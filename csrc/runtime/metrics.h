@@ -33,6 +33,8 @@ struct Metrics {
   std::atomic<int64_t> device_to_host_bytes{0};
   std::atomic<int64_t> host_syncs{0};
   std::atomic<int64_t> fallback_total{0};
+  std::atomic<int64_t> collectives_on_device{0};  // run as one program over in-process ranks' devices
+  std::atomic<int64_t> collectives_via_host{0};   // run on host copies through the group's CPU backend
 
   void CountFallback(const std::string& op);
   void CountSync(const std::string& cause);

@@ -33,7 +33,12 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t);
 // storage sees the new value.
 struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
   uint64_t uid = 0;       // never reused, unlike addresses: identifies the storage in fused graphs
-  bool pending = false;   // its value is being computed by the open fused graph (not yet run)
+  // Its value is being computed by a fused graph: set when recorded, cleared only when that
+  // graph hands over the value (AssignComputed) or fails (MarkFailed), never before. Threads
+  // other than the recording one read it (rank threads, autograd's device threads): one that
+  // sees it false reads the value, one that sees it true flushes, which waits on the graph lock
+  // for a flush already running.
+  std::atomic<bool> pending{false};
   int device = 0;
   size_t nbytes = 0;
   uintptr_t address = 0;  // the fake data pointer PyTorch sees (unique, never dereferenced)

@@ -1,0 +1,67 @@
+"""all_reduce bandwidth among the CPU plugin's devices of one process, ranks as threads (issue
+34): on the devices (one replicated XLA program, "tpu_dist" in a threaded world) against the
+host path (Gloo over host copies, what processes without device collectives use), from 4 KB to
+64 MB of float32. Each size runs rounds that alternate the two paths; the table shows medians
+of the per-call times, the bus bandwidth 2(n-1)/n x bytes / time, and the median of the
+per-round ratios host/device.
+
+    TORCH_TPU_NUM_DEVICES=4 python bench/collectives.py [--ranks 4] [--rounds 5] [--iters 5]
+"""
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TORCH_TPU_NUM_DEVICES", "4")
+os.environ.setdefault("TORCH_TPU_QUIET", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch_tpu  # noqa: E402
+from torch_tpu.distributed import run_in_threads  # noqa: E402
+
+SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+
+
+def timed(rank, world, nbytes, iters):
+    dev = torch.device("tpu", rank)
+    t = torch.ones(nbytes // 4, device=dev)
+    dist.all_reduce(t)  # compiles (device path) and warms up
+    t[:1].cpu()
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(t)
+        t[:1].cpu()  # waits for the result
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--max-bytes", type=int, default=SIZES[-1])
+    a = p.parse_args()
+    n = a.ranks
+    print(f"all_reduce(sum) f32 over {n} in-process devices ({torch_tpu._C._platform()}), "
+          f"{a.rounds} rounds x {a.iters} calls")
+    print(f"{'bytes':>10} {'device ms':>10} {'host ms':>10} {'device GB/s':>12} {'host GB/s':>10} {'host/device':>12}")
+    for nbytes in [s for s in SIZES if s <= a.max_bytes]:
+        dev_t, host_t, ratios = [], [], []
+        for _ in range(a.rounds):
+            d = max(run_in_threads(timed, n, nbytes, a.iters))
+            h = max(run_in_threads(timed, n, nbytes, a.iters, backend="gloo"))
+            dev_t.append(d)
+            host_t.append(h)
+            ratios.append(h / d)
+        d, h = statistics.median(dev_t), statistics.median(host_t)
+        bus = 2 * (n - 1) / n * nbytes
+        print(f"{nbytes:>10} {d * 1e3:>10.3f} {h * 1e3:>10.3f} {bus / d / 1e9:>12.2f} {bus / h / 1e9:>10.2f} "
+              f"{statistics.median(ratios):>12.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+#include "device_collectives.h"
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "common.h"
+#include "../runtime/collective_programs.h"
+#include "../runtime/collective_rendezvous.h"
+#include "../runtime/executor.h"
+#include "../runtime/runtime.h"
+
+namespace tpu::aten {
+namespace {
+
+using runtime::CollectiveKind;
+using runtime::CollectiveReduce;
+using runtime::CollectiveSpec;
+
+std::mutex timeouts_mu;
+std::map<std::string, double> group_timeouts;  // seconds, by group name: the group's own timeout
+
+// The collective's timeout when the call sets none: the group's (c10d passes "unset").
+double GroupTimeout(const std::string& group) {
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  auto it = group_timeouts.find(group);
+  return it != group_timeouts.end() && it->second > 0 ? it->second : 1800;
+}
+
+// The other ranks are Python threads of this process: a rank that waits for them at the
+// rendezvous must not hold the GIL they need to get there. Nothing below the rendezvous calls
+// back into Python (the last rank to arrive compiles and runs the program in C++ only).
+pjrt::BufferPtr Rendezvous(const runtime::CollectiveArrival& a) {
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  return runtime::RunCollective(a);
+}
+
+CollectiveReduce ToReduce(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return CollectiveReduce::kSum;
+    case c10d::ReduceOp::AVG: return CollectiveReduce::kAvg;
+    case c10d::ReduceOp::PRODUCT: return CollectiveReduce::kProduct;
+    case c10d::ReduceOp::MIN: return CollectiveReduce::kMin;
+    case c10d::ReduceOp::MAX: return CollectiveReduce::kMax;
+    default: break;
+  }
+  TORCH_CHECK(false, "torch.distributed on tpu: this ReduceOp is not supported (sum, avg, product, min, max are)");
+}
+
+// The tensor's value as a whole 1-D device buffer of its dtype (a contiguous copy when the
+// tensor is a part or a reinterpretation of its storage).
+pjrt::BufferPtr Operand(const at::Tensor& t) {
+  TORCH_CHECK(t.device().is_privateuseone(), "torch.distributed on tpu: expected a tpu tensor, got one on ",
+              t.device());
+  shlo::ElemType elem = ToElemType(t.scalar_type());
+  at::Tensor flat = t.contiguous();
+  runtime::TpuStorage* s = StorageOf(flat);
+  if (flat.storage_offset() != 0 || s->nbytes != static_cast<size_t>(flat.numel()) * flat.element_size() ||
+      (s->buffer && s->elem != elem)) {
+    flat = flat.clone(at::MemoryFormat::Contiguous);
+    s = StorageOf(flat);
+  }
+  if (s->pending) runtime::Executor::Get().Flush("collective");
+  RaiseChecksOf(s);
+  return s->Materialize(elem);
+}
+
+// Writes a 1-D result into `out`: its storage takes the buffer when `out` is the whole of it,
+// else a device copy lands it.
+void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
+  shlo::ElemType elem = ToElemType(out.scalar_type());
+  runtime::TpuStorage* s = StorageOf(out);
+  if (out.is_contiguous() && out.storage_offset() == 0 &&
+      s->nbytes == static_cast<size_t>(out.numel()) * out.element_size() && !s->pending) {
+    s->Assign(std::move(buffer), elem);
+    return;
+  }
+  c10::DeviceGuard guard(out.device());
+  at::Tensor fresh = at::empty({out.numel()}, out.options().memory_format(at::MemoryFormat::Contiguous));
+  StorageOf(fresh)->Assign(std::move(buffer), elem);
+  out.copy_(fresh.view(out.sizes()));
+}
+
+// Runs one collective of `spec` with this rank's `input`; the rank's 1-D result.
+pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const at::Tensor& input,
+                    std::chrono::milliseconds timeout) {
+  spec.elem = ToElemType(input.scalar_type());
+  spec.numel = input.numel();
+  spec.group_size = group.getSize();
+  runtime::CollectiveArrival a;
+  a.group = group.getGroupName();
+  a.rank = group.getRank();
+  a.group_size = group.getSize();
+  a.device = input.device().index();
+  a.description = spec.Describe();
+  a.timeout_seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : GroupTimeout(a.group);
+  try {
+    if (spec.numel > 0) {
+      a.module_text = runtime::CollectiveModule(spec);
+      a.operand = Operand(input);
+    }
+    return Rendezvous(a);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "torch.distributed on tpu: ", e.what());
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+void CheckSameDtype(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "torch.distributed on tpu: ", what,
+              ": output and input dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
+}
+
+}  // namespace
+
+bool InProcess(const c10d::ProcessGroup& group) { return group.getBackendName() == kInProcessBackend; }
+
+void RegisterInProcessGroup(const std::string& name, double timeout_s) {
+  runtime::ForgetCollectiveGroup(name);
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  group_timeouts[name] = timeout_s;
+}
+
+void DeviceAllreduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,
+                     std::chrono::milliseconds timeout) {
+  for (const at::Tensor& t : tensors) {
+    CollectiveSpec spec{CollectiveKind::kAllReduce, ToReduce(op)};
+    pjrt::BufferPtr r = Run(group, spec, t, timeout);
+    if (r) WriteResult(t, r);
+  }
+}
+
+void DeviceBroadcast(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t root_rank,
+                     std::chrono::milliseconds timeout) {
+  for (const at::Tensor& t : tensors) {
+    CollectiveSpec spec{CollectiveKind::kBroadcast};
+    spec.root = static_cast<int>(root_rank);
+    pjrt::BufferPtr r = Run(group, spec, t, timeout);
+    if (r) WriteResult(t, r);
+  }
+}
+
+void DeviceAllgatherIntoTensor(const c10d::ProcessGroup& group, const at::Tensor& output, const at::Tensor& input,
+                               std::chrono::milliseconds timeout) {
+  CheckSameDtype(output, input, "all_gather_into_tensor");
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * group.getSize(), "torch.distributed on tpu: all_gather: the "
+                    "output holds ", output.numel(), " elements, not the group's ", group.getSize(), " x ",
+                    input.numel());
+  pjrt::BufferPtr r = Run(group, CollectiveSpec{CollectiveKind::kAllGather}, input, timeout);
+  if (r) WriteResult(output, r);
+}
+
+void DeviceAllgather(const c10d::ProcessGroup& group, const std::vector<TensorVec>& outputs, const TensorVec& inputs,
+                     std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "torch.distributed on tpu: all_gather: ", outputs.size(),
+                    " output lists for ", inputs.size(), " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& in = inputs[i];
+    TORCH_CHECK_VALUE(static_cast<int>(outputs[i].size()) == group.getSize(), "torch.distributed on tpu: "
+                      "all_gather: ", outputs[i].size(), " outputs for a group of ", group.getSize());
+    c10::DeviceGuard guard(in.device());
+    at::Tensor all = at::empty({in.numel() * group.getSize()}, in.options());
+    DeviceAllgatherIntoTensor(group, all, in, timeout);
+    for (size_t r = 0; r < outputs[i].size(); ++r)
+      outputs[i][r].copy_(all.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outputs[i][r].sizes()));
+  }
+}
+
+void DeviceReduceScatterTensor(const c10d::ProcessGroup& group, const at::Tensor& output, const at::Tensor& input,
+                               const c10d::ReduceOp& op, std::chrono::milliseconds timeout) {
+  CheckSameDtype(output, input, "reduce_scatter_tensor");
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * group.getSize(), "torch.distributed on tpu: reduce_scatter: "
+                    "the input holds ", input.numel(), " elements, not the group's ", group.getSize(), " x ",
+                    output.numel());
+  pjrt::BufferPtr r = Run(group, CollectiveSpec{CollectiveKind::kReduceScatter, ToReduce(op)}, input, timeout);
+  if (r) WriteResult(output, r);
+}
+
+void DeviceReduceScatter(const c10d::ProcessGroup& group, const TensorVec& outputs,
+                         const std::vector<TensorVec>& inputs, const c10d::ReduceOp& op,
+                         std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "torch.distributed on tpu: reduce_scatter: ", outputs.size(),
+                    " outputs for ", inputs.size(), " input lists");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TensorVec flat;
+    for (const at::Tensor& t : inputs[i]) flat.push_back(t.reshape({-1}));
+    c10::DeviceGuard guard(outputs[i].device());
+    DeviceReduceScatterTensor(group, outputs[i], at::cat(flat), op, timeout);
+  }
+}
+
+void DeviceReduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,
+                  int64_t root_rank, std::chrono::milliseconds timeout) {
+  for (const at::Tensor& t : tensors) {
+    pjrt::BufferPtr r = Run(group, CollectiveSpec{CollectiveKind::kAllReduce, ToReduce(op)}, t, timeout);
+    if (r && group.getRank() == root_rank) WriteResult(t, r);
+  }
+}
+
+void DeviceGather(const c10d::ProcessGroup& group, const std::vector<TensorVec>& outputs, const TensorVec& inputs,
+                  int64_t root_rank, std::chrono::milliseconds timeout) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& in = inputs[i];
+    c10::DeviceGuard guard(in.device());
+    at::Tensor all = at::empty({in.numel() * group.getSize()}, in.options());
+    DeviceAllgatherIntoTensor(group, all, in, timeout);
+    if (group.getRank() != root_rank) continue;
+    TORCH_CHECK_VALUE(i < outputs.size() && static_cast<int>(outputs[i].size()) == group.getSize(),
+                      "torch.distributed on tpu: gather: the root needs ", group.getSize(), " outputs");
+    for (size_t r = 0; r < outputs[i].size(); ++r)
+      outputs[i][r].copy_(all.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outputs[i][r].sizes()));
+  }
+}
+
+void DeviceScatter(const c10d::ProcessGroup& group, const TensorVec& outputs, const std::vector<TensorVec>& inputs,
+                   int64_t root_rank, std::chrono::milliseconds timeout) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& out = outputs[i];
+    c10::DeviceGuard guard(out.device());
+    int64_t n = out.numel();
+    at::Tensor all;
+    if (group.getRank() == root_rank) {
+      TORCH_CHECK_VALUE(i < inputs.size() && static_cast<int>(inputs[i].size()) == group.getSize(),
+                        "torch.distributed on tpu: scatter: the root needs ", group.getSize(), " inputs");
+      TensorVec flat;
+      for (const at::Tensor& t : inputs[i]) flat.push_back(t.to(out.device()).reshape({-1}));
+      all = at::cat(flat);
+      TORCH_CHECK_VALUE(all.numel() == n * group.getSize(), "torch.distributed on tpu: scatter: inputs of ",
+                        all.numel(), " elements in all for outputs of ", n);
+    } else {
+      all = at::empty({n * group.getSize()}, out.options());
+    }
+    DeviceBroadcast(group, {all}, root_rank, timeout);
+    out.copy_(all.narrow(0, group.getRank() * n, n).view(out.sizes()));
+  }
+}
+
+void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s) {
+  runtime::CollectiveArrival a;
+  a.group = group;
+  a.rank = rank;
+  a.group_size = size;
+  a.device = device;
+  a.description = "barrier";
+  a.timeout_seconds = timeout_s > 0 ? timeout_s : GroupTimeout(group);
+  try {
+    Rendezvous(a);
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+}  // namespace tpu::aten

@@ -1,0 +1,51 @@
+// torch.distributed collectives among ranks that are threads of this process, one tpu device
+// each (torch_tpu.distributed's in-process groups): each runs as one program replicated over
+// the ranks' devices (csrc/runtime/collective_rendezvous.h); nothing crosses to the host.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <vector>
+
+namespace tpu::aten {
+
+using TensorVec = std::vector<at::Tensor>;
+
+// The backend name of torch_tpu.distributed's groups whose ranks are threads of this process.
+constexpr const char* kInProcessBackend = "tpu_threads";
+bool InProcess(const c10d::ProcessGroup& group);
+// A new in-process group: forgets the collectives counted under its name (a new threaded
+// world reuses the names of the last one).
+void RegisterInProcessGroup(const std::string& name, double timeout_s);
+
+void DeviceAllreduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,
+                     std::chrono::milliseconds timeout);
+void DeviceBroadcast(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t root_rank,
+                     std::chrono::milliseconds timeout);
+// outputs[i] is the group's list of `inputs[i]`-shaped results (allgather), or `outputs` one
+// tensor holding them all along dim 0 (the _into_tensor forms).
+void DeviceAllgather(const c10d::ProcessGroup& group, const std::vector<TensorVec>& outputs, const TensorVec& inputs,
+                     std::chrono::milliseconds timeout);
+void DeviceAllgatherIntoTensor(const c10d::ProcessGroup& group, const at::Tensor& output, const at::Tensor& input,
+                               std::chrono::milliseconds timeout);
+void DeviceReduceScatter(const c10d::ProcessGroup& group, const TensorVec& outputs,
+                         const std::vector<TensorVec>& inputs, const c10d::ReduceOp& op,
+                         std::chrono::milliseconds timeout);
+void DeviceReduceScatterTensor(const c10d::ProcessGroup& group, const at::Tensor& output, const at::Tensor& input,
+                               const c10d::ReduceOp& op, std::chrono::milliseconds timeout);
+// Rooted forms, built on the above: every rank computes, the root keeps (reduce, gather) or
+// sends its inputs to all, each keeping its part (scatter).
+void DeviceReduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,
+                  int64_t root_rank, std::chrono::milliseconds timeout);
+void DeviceGather(const c10d::ProcessGroup& group, const std::vector<TensorVec>& outputs, const TensorVec& inputs,
+                  int64_t root_rank, std::chrono::milliseconds timeout);
+void DeviceScatter(const c10d::ProcessGroup& group, const TensorVec& outputs, const std::vector<TensorVec>& inputs,
+                   int64_t root_rank, std::chrono::milliseconds timeout);
+// Also called from Python (an in-process group's barrier, which c10d would run on a CPU tensor).
+void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s);
+
+}  // namespace tpu::aten

@@ -1,0 +1,123 @@
+#include "collective_programs.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace tpu::runtime {
+namespace {
+
+const char* KindName(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+const char* ReduceName(CollectiveReduce r) {
+  switch (r) {
+    case CollectiveReduce::kSum: return "sum";
+    case CollectiveReduce::kAvg: return "avg";
+    case CollectiveReduce::kProduct: return "product";
+    case CollectiveReduce::kMin: return "min";
+    case CollectiveReduce::kMax: return "max";
+    case CollectiveReduce::kNone: return "";
+  }
+  return "?";
+}
+
+// The binary op combining two elements (booleans: sum and max are "or", product and min "and").
+const char* Combiner(CollectiveReduce r, shlo::ElemType elem) {
+  bool pred = elem == shlo::ElemType::Pred;
+  switch (r) {
+    case CollectiveReduce::kSum:
+    case CollectiveReduce::kAvg: return pred ? "or" : "add";
+    case CollectiveReduce::kProduct: return pred ? "and" : "multiply";
+    case CollectiveReduce::kMin: return pred ? "and" : "minimum";
+    case CollectiveReduce::kMax: return pred ? "or" : "maximum";
+    case CollectiveReduce::kNone: break;
+  }
+  throw std::invalid_argument("collective: no reduction given");
+}
+
+std::string Tensor(int64_t numel, shlo::ElemType elem) {
+  return "tensor<" + std::to_string(numel) + "x" + shlo::MlirName(elem) + ">";
+}
+
+std::string ReplicaGroups(int n) {
+  std::string ids;
+  for (int i = 0; i < n; ++i) ids += (i ? "," : "") + std::to_string(i);
+  return "replica_groups = dense<[[" + ids + "]]> : tensor<1x" + std::to_string(n) + "xi64>";
+}
+
+std::string Region(CollectiveReduce r, shlo::ElemType elem) {
+  std::string scalar = std::string("tensor<") + shlo::MlirName(elem) + ">";
+  return std::string("({\n    ^bb0(%a: ") + scalar + ", %b: " + scalar + "):\n      %c = stablehlo." +
+         Combiner(r, elem) + " %a, %b : " + scalar + "\n      stablehlo.return %c : " + scalar + "\n    })";
+}
+
+}  // namespace
+
+std::string CollectiveSpec::Describe() const {
+  std::ostringstream out;
+  out << KindName(kind);
+  if (reduce != CollectiveReduce::kNone) out << "(" << ReduceName(reduce) << ")";
+  if (kind == CollectiveKind::kBroadcast) out << "(from rank " << root << ")";
+  out << " " << shlo::MlirName(elem) << "[" << numel << "] over " << group_size << " ranks";
+  return out.str();
+}
+
+std::string CollectiveModule(const CollectiveSpec& s) {
+  const int n = s.group_size;
+  if (s.reduce == CollectiveReduce::kAvg && !shlo::IsFloat(s.elem))
+    throw std::invalid_argument("collective: ReduceOp.AVG needs a floating-point tensor, got " +
+                                std::string(shlo::MlirName(s.elem)));
+  if (s.kind == CollectiveKind::kReduceScatter && s.numel % n != 0)
+    throw std::invalid_argument("reduce_scatter: the input's " + std::to_string(s.numel) +
+                                " elements do not split evenly over " + std::to_string(n) + " ranks");
+  const std::string in = Tensor(s.numel, s.elem);
+  std::string out = in;
+  std::ostringstream body;
+  switch (s.kind) {
+    case CollectiveKind::kAllReduce:
+      body << "    %r = \"stablehlo.all_reduce\"(%x) " << Region(s.reduce, s.elem) << " {" << ReplicaGroups(n)
+           << "} : (" << in << ") -> " << in << "\n";
+      if (s.reduce == CollectiveReduce::kAvg)
+        body << "    %n = stablehlo.constant dense<" << n << ".0> : " << in << "\n"
+             << "    %y = stablehlo.divide %r, %n : " << in << "\n";
+      break;
+    case CollectiveKind::kAllGather:
+      out = Tensor(s.numel * n, s.elem);
+      body << "    %r = \"stablehlo.all_gather\"(%x) {all_gather_dim = 0 : i64, " << ReplicaGroups(n) << "} : ("
+           << in << ") -> " << out << "\n";
+      break;
+    case CollectiveKind::kReduceScatter:
+      out = Tensor(s.numel / n, s.elem);
+      body << "    %r = \"stablehlo.reduce_scatter\"(%x) " << Region(s.reduce, s.elem)
+           << " {scatter_dimension = 0 : i64, " << ReplicaGroups(n) << "} : (" << in << ") -> " << out << "\n";
+      if (s.reduce == CollectiveReduce::kAvg)
+        body << "    %n = stablehlo.constant dense<" << n << ".0> : " << out << "\n"
+             << "    %y = stablehlo.divide %r, %n : " << out << "\n";
+      break;
+    case CollectiveKind::kBroadcast: {
+      // Exact for every value (a sum with zeros would turn -0.0 into 0.0): gather, keep the root's.
+      std::string all = Tensor(s.numel * n, s.elem);
+      body << "    %g = \"stablehlo.all_gather\"(%x) {all_gather_dim = 0 : i64, " << ReplicaGroups(n) << "} : ("
+           << in << ") -> " << all << "\n"
+           << "    %r = \"stablehlo.slice\"(%g) {start_indices = array<i64: " << s.root * s.numel
+           << ">, limit_indices = array<i64: " << (s.root + 1) * s.numel << ">, strides = array<i64: 1>} : (" << all
+           << ") -> " << in << "\n";
+      break;
+    }
+  }
+  const char* result = s.reduce == CollectiveReduce::kAvg ? "%y" : "%r";
+  std::ostringstream m;
+  m << "module @collective attributes {mhlo.num_replicas = " << n << " : i32, mhlo.num_partitions = 1 : i32} {\n"
+    << "  func.func public @main(%x: " << in << ") -> " << out << " {\n"
+    << body.str() << "    return " << result << " : " << out << "\n  }\n}\n";
+  return m.str();
+}
+
+}  // namespace tpu::runtime

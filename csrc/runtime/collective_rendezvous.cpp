@@ -1,0 +1,173 @@
+#include "collective_rendezvous.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "metrics.h"
+#include "runtime.h"
+
+namespace tpu::runtime {
+namespace {
+
+// One collective of one group: the ranks that have arrived, then everyone's results.
+struct Slot {
+  std::vector<std::optional<CollectiveArrival>> arrivals;
+  int arrived = 0;
+  int taken = 0;
+  bool done = false;
+  std::string error;
+  std::vector<pjrt::BufferPtr> results;
+};
+
+struct Group {
+  std::vector<int64_t> next;  // per rank: the number of its next collective
+  std::map<int64_t, std::shared_ptr<Slot>> slots;
+};
+
+std::mutex mu;
+std::condition_variable arrived_cv;
+std::map<std::string, Group> groups;
+
+std::mutex exe_mu;
+std::map<std::string, pjrt::ExecutablePtr> executables;  // by device ids + module text
+
+std::string Name(const CollectiveArrival& a, int64_t k) {
+  return "collective #" + std::to_string(k) + " of group '" + a.group + "'";
+}
+
+// Empty when every rank issued the same collective on distinct devices.
+std::string Mismatch(const Slot& slot, int64_t k) {
+  const CollectiveArrival& first = *slot.arrivals[0];
+  for (size_t r = 1; r < slot.arrivals.size(); ++r) {
+    const CollectiveArrival& other = *slot.arrivals[r];
+    if (other.description != first.description || other.group_size != first.group_size)
+      return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": rank 0 issued " +
+             first.description + "; rank " + std::to_string(r) + " issued " + other.description;
+  }
+  if (first.module_text.empty()) return "";  // a barrier runs nothing on the devices
+  std::set<int> devices;
+  for (const auto& a : slot.arrivals)
+    if (!devices.insert(a->device).second)
+      return "torch.distributed on tpu: " + Name(first, k) + ": two ranks are on device tpu:" +
+             std::to_string(a->device) + "; ranks of one process need a device each (torch.tpu.set_device(rank))";
+  return "";
+}
+
+pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector<int64_t>& device_ids) {
+  std::string key;
+  for (int64_t id : device_ids) key += std::to_string(id) + ",";
+  key += "\n" + module_text;
+  std::lock_guard<std::mutex> lock(exe_mu);  // compiles are rare: one at a time is fine
+  auto it = executables.find(key);
+  if (it != executables.end()) return it->second;
+  Runtime& rt = Runtime::Get();
+  pjrt::ExecutablePtr exe = rt.client().Compile(module_text, pjrt::ReplicatedCompileOptions(device_ids));
+  GetMetrics().programs_compiled++;
+  executables.emplace(key, exe);
+  return exe;
+}
+
+// Runs the program over every rank's device (called by the last rank to arrive, unlocked).
+std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
+  const CollectiveArrival& first = *slot.arrivals[0];
+  size_t n = slot.arrivals.size();
+  if (first.module_text.empty()) return std::vector<pjrt::BufferPtr>(n);
+  Runtime& rt = Runtime::Get();
+  std::vector<int64_t> ids;
+  std::vector<std::vector<PJRT_Buffer*>> args;
+  for (const auto& a : slot.arrivals) {
+    ids.push_back(rt.client().device_id(a->device));
+    args.push_back({a->operand->raw()});
+  }
+  std::vector<std::vector<pjrt::BufferPtr>> outputs = Executable(first.module_text, ids)->ExecuteReplicated(args);
+  GetMetrics().executions++;
+  std::vector<pjrt::BufferPtr> results;
+  for (auto& o : outputs) results.push_back(o.at(0));
+  return results;
+}
+
+}  // namespace
+
+pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
+  if (arrival.rank < 0 || arrival.rank >= arrival.group_size)
+    throw std::invalid_argument("collective: rank " + std::to_string(arrival.rank) + " outside a group of " +
+                                std::to_string(arrival.group_size));
+  std::unique_lock<std::mutex> lock(mu);
+  Group& group = groups[arrival.group];
+  if (group.next.empty()) group.next.assign(arrival.group_size, 0);
+  if (static_cast<int>(group.next.size()) != arrival.group_size)
+    throw std::runtime_error("torch.distributed on tpu: group '" + arrival.group + "' was joined with " +
+                             std::to_string(arrival.group_size) + " ranks and " + std::to_string(group.next.size()));
+  int64_t k = group.next[arrival.rank]++;
+  std::shared_ptr<Slot>& entry = group.slots[k];
+  if (!entry) {
+    entry = std::make_shared<Slot>();
+    entry->arrivals.resize(arrival.group_size);
+  }
+  std::shared_ptr<Slot> slot = entry;
+  auto finish = [&]() -> pjrt::BufferPtr {  // lock held, slot done
+    pjrt::BufferPtr mine = slot->error.empty() ? slot->results[arrival.rank] : nullptr;
+    std::string error = slot->error;
+    if (++slot->taken == arrival.group_size) groups[arrival.group].slots.erase(k);
+    if (!error.empty()) throw std::runtime_error(error);
+    return mine;
+  };
+  if (slot->done) return finish();  // timed out before this rank came
+  slot->arrivals[arrival.rank] = arrival;
+  if (++slot->arrived == arrival.group_size) {
+    std::string error = Mismatch(*slot, k);
+    std::vector<pjrt::BufferPtr> results;
+    if (error.empty()) {
+      lock.unlock();
+      try {
+        results = Run(*slot);
+      } catch (const std::exception& e) {
+        error = "torch.distributed on tpu: " + Name(arrival, k) + " (" + arrival.description + ") failed: " + e.what();
+      }
+      lock.lock();
+    }
+    slot->error = error;
+    slot->results = std::move(results);
+    for (auto& a : slot->arrivals) a->operand.reset();
+    slot->done = true;
+    arrived_cv.notify_all();
+    GetMetrics().collectives_on_device++;
+    return finish();
+  }
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(arrival.timeout_seconds));
+  while (!slot->done) {
+    bool all_here = slot->arrived == arrival.group_size;  // then it is running: wait however long
+    if (arrived_cv.wait_until(lock, deadline) == std::cv_status::timeout && !slot->done && !all_here &&
+        slot->arrived < arrival.group_size) {
+      std::ostringstream missing;
+      for (int r = 0; r < arrival.group_size; ++r)
+        if (!slot->arrivals[r]) missing << (missing.tellp() ? ", " : "") << r;
+      slot->error = "torch.distributed on tpu: " + Name(arrival, k) + " (" + arrival.description + "): rank(s) " +
+                    missing.str() + " did not arrive within the process group's timeout of " +
+                    std::to_string(static_cast<int64_t>(arrival.timeout_seconds)) +
+                    " s (they issued no collective, or one on another group)";
+      for (auto& a : slot->arrivals)
+        if (a) a->operand.reset();
+      slot->done = true;
+      arrived_cv.notify_all();
+    }
+  }
+  return finish();
+}
+
+void ForgetCollectiveGroup(const std::string& group) {
+  std::lock_guard<std::mutex> lock(mu);
+  groups.erase(group);
+}
+
+}  // namespace tpu::runtime

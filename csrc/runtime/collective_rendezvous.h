@@ -1,0 +1,33 @@
+// Collectives among ranks that are threads of this process, one device each: every rank's
+// thread deposits its operand for the group's k-th collective; the last to arrive runs one
+// program replicated over the group's devices (collective_programs.h) and each rank takes
+// its own output. Ranks that issue different collectives raise on every rank, naming both;
+// a rank that never arrives makes the others raise once the timeout has passed. No torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "../pjrt/pjrt.h"
+#include "collective_programs.h"
+
+namespace tpu::runtime {
+
+struct CollectiveArrival {
+  std::string group;  // the same on every rank of the group, distinct between groups
+  int rank = 0;
+  int group_size = 1;
+  int device = 0;      // this rank's device index
+  std::string description;  // what all ranks must agree on (CollectiveSpec::Describe, "barrier")
+  std::string module_text;  // empty: a barrier (no program runs)
+  pjrt::BufferPtr operand;  // 1-D, on `device`; null for a barrier
+  double timeout_seconds = 1800;
+};
+
+// Blocks until every rank of the group has arrived at its next collective, then returns this
+// rank's result (null for a barrier). Throws std::runtime_error on divergence or timeout.
+pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival);
+// Forgets the collectives counted for `group` (a new group of the same name starts at #0).
+void ForgetCollectiveGroup(const std::string& group);
+
+}  // namespace tpu::runtime

@@ -1,0 +1,204 @@
+"""torch.distributed among ranks that are threads of one process, one tpu device each
+(torch_tpu.distributed.run_in_threads): the collectives run on the devices as one replicated
+program, never on the host. Each result is checked against what the collective must produce
+(Gloo's and the CPU's values), and ranks that diverge must raise, never hang."""
+import datetime
+
+import pytest
+import torch
+
+from conftest import needs_devices
+
+pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built"),
+              needs_devices(2)]
+
+import torch.distributed as dist  # noqa: E402
+import torch_tpu  # noqa: E402
+from torch_tpu.distributed import run_in_threads  # noqa: E402
+
+
+def metrics_delta(fn, *args, **kw):
+    before = torch_tpu.metrics()
+    out = fn(*args, **kw)
+    after = torch_tpu.metrics()
+    return out, {k: after[k] - before[k] for k in ("collectives_on_device", "collectives_via_host",
+                                                  "device_to_host_bytes", "host_to_device_bytes")}
+
+
+def collectives(rank, world):
+    dev = torch.device("tpu", rank)
+    seen = {}
+    base = torch.arange(6.0).reshape(2, 3)
+    for op in ["SUM", "AVG", "MIN", "MAX", "PRODUCT"]:
+        t = (base + rank).to(dev)
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        seen[op] = t
+    t = torch.tensor([rank + 1, 7], dtype=torch.int32, device=dev)
+    dist.all_reduce(t)
+    seen["int"] = t
+    t = torch.full((3,), rank + 1.0, dtype=torch.bfloat16, device=dev)
+    dist.all_reduce(t, async_op=True).wait()
+    seen["bf16"] = t
+    b = torch.tensor([-0.0, float(rank), float("inf")], device=dev)
+    dist.broadcast(b, src=1)
+    seen["broadcast"] = b
+    out = torch.empty(2 * world, 3, device=dev)
+    dist.all_gather_into_tensor(out, (base + 10 * rank).to(dev))
+    seen["all_gather_into_tensor"] = out
+    parts = [torch.empty(2, device=dev) for _ in range(world)]
+    dist.all_gather(parts, torch.full((2,), float(rank), device=dev))
+    seen["all_gather"] = torch.stack(parts)
+    rs = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(rs, torch.arange(2.0 * world, device=dev) * (rank + 1))
+    seen["reduce_scatter_tensor"] = rs
+    rs = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(rs, torch.arange(2.0 * world, device=dev) * (rank + 1), op=dist.ReduceOp.AVG)
+    seen["reduce_scatter_avg"] = rs
+    rs = torch.empty(2, device=dev)
+    dist.reduce_scatter(rs, [torch.full((2,), float(r + rank), device=dev) for r in range(world)])
+    seen["reduce_scatter"] = rs
+    whole = torch.zeros(4, 3, device=dev)
+    view = whole[1:3, 1:]  # a strided view of a bigger storage
+    view.copy_(torch.full((2, 2), rank + 1.0))
+    dist.all_reduce(view)
+    seen["view"] = whole
+    r = torch.full((2,), float(rank + 1), device=dev)
+    dist.reduce(r, dst=0)
+    seen["reduce"] = r
+    g = [torch.empty(2, device=dev) for _ in range(world)] if rank == 1 else None
+    dist.gather(torch.full((2,), float(rank), device=dev), g, dst=1)
+    seen["gather"] = torch.stack(g) if rank == 1 else torch.zeros(world, 2)
+    sc = torch.empty(2, device=dev)
+    dist.scatter(sc, [torch.full((2,), 5.0 + r, device=dev) for r in range(world)] if rank == 0 else None, src=0)
+    seen["scatter"] = sc
+    dist.barrier()
+    return {k: v.cpu() for k, v in seen.items()}
+
+
+def expected(rank, world):
+    base = torch.arange(6.0).reshape(2, 3)
+    ranks = [base + r for r in range(world)]
+    return {
+        "SUM": sum(ranks), "AVG": sum(ranks) / world, "MIN": ranks[0], "MAX": ranks[-1],
+        "PRODUCT": torch.stack(ranks).prod(0),
+        "int": torch.tensor([sum(range(1, world + 1)), 7 * world], dtype=torch.int32),
+        "bf16": torch.full((3,), float(sum(range(1, world + 1))), dtype=torch.bfloat16),
+        "broadcast": torch.tensor([-0.0, 1.0, float("inf")]),
+        "all_gather_into_tensor": torch.cat([base + 10 * r for r in range(world)]),
+        "all_gather": torch.stack([torch.full((2,), float(r)) for r in range(world)]),
+        "reduce_scatter_tensor": torch.arange(2.0 * world)[2 * rank: 2 * rank + 2] * sum(range(1, world + 1)),
+        "reduce_scatter_avg": torch.arange(2.0 * world)[2 * rank: 2 * rank + 2] * sum(range(1, world + 1)) / world,
+        "reduce_scatter": torch.full((2,), float(sum(rank + r for r in range(world)))),
+        "reduce": torch.full((2,), float(sum(range(1, world + 1)) if rank == 0 else rank + 1)),
+        "gather": torch.stack([torch.full((2,), float(r)) for r in range(world)]) if rank == 1 else torch.zeros(world, 2),
+        "scatter": torch.full((2,), 5.0 + rank),
+        "view": torch.nn.functional.pad(torch.full((2, 2), float(sum(range(1, world + 1)))), (1, 0, 1, 1)),
+    }
+
+
+def test_collectives_run_on_the_devices():
+    results, delta = metrics_delta(run_in_threads, collectives, 2)
+    for rank, got in enumerate(results):
+        for name, want in expected(rank, 2).items():
+            assert got[name].dtype == want.dtype and torch.equal(got[name], want), (rank, name, got[name], want)
+    assert torch.equal(results[0]["broadcast"][:1].sign_bit() if hasattr(torch.Tensor, "sign_bit")
+                       else torch.signbit(results[0]["broadcast"][:1]), torch.tensor([True]))
+    assert delta["collectives_via_host"] == 0, delta
+    assert delta["collectives_on_device"] >= 17, delta
+
+
+def test_ranks_that_diverge_raise_with_both_descriptions():
+    def diverge(rank, world):
+        t = torch.ones(4 if rank == 0 else 5, device=torch.device("tpu", rank))
+        dist.all_reduce(t)
+
+    with pytest.raises(RuntimeError) as info:
+        run_in_threads(diverge, 2)
+    message = str(info.value)
+    assert "diverged" in message and "f32[4]" in message and "f32[5]" in message, message
+
+    def other_op(rank, world):
+        t = torch.ones(4, device=torch.device("tpu", rank))
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX)
+
+    with pytest.raises(RuntimeError, match=r"all_reduce\(sum\).*all_reduce\(max\)"):
+        run_in_threads(other_op, 2)
+
+
+def test_a_rank_that_never_comes_makes_the_others_raise_after_the_timeout():
+    def absent(rank, world):
+        if rank == 0:
+            dist.all_reduce(torch.ones(2, device=torch.device("tpu", rank)))
+
+    with pytest.raises(RuntimeError, match=r"rank\(s\) 1 did not arrive within"):
+        run_in_threads(absent, 2, timeout=datetime.timedelta(seconds=2))
+
+
+def test_ddp_step_matches_one_device():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)) for _ in range(2)]
+
+    def train(rank, world):
+        dev = torch.device("tpu", rank)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+        model.load_state_dict(state)
+        ddp = torch.nn.parallel.DistributedDataParallel(model.to(dev), device_ids=[rank])
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for x, y in batches:
+            half = slice(2 * rank, 2 * rank + 2)
+            loss = torch.nn.functional.mse_loss(ddp(x[half].to(dev)), y[half].to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return [p.detach().cpu() for p in ddp.module.parameters()]
+
+    results, delta = metrics_delta(run_in_threads, train, 2)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(ref(x), y)
+        ref_opt.zero_grad()
+        loss.backward()
+        ref_opt.step()
+    for params in results:
+        for p, q in zip(params, ref.parameters()):
+            assert torch.allclose(p, q.detach(), atol=1e-5), (p, q)
+    assert delta["collectives_via_host"] == 0 and delta["collectives_on_device"] > 0, delta
+
+
+def test_dtensor_tensor_parallel_linear_matches_one_device():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    x = torch.randn(3, 8)
+
+    def tp(rank, world):
+        mesh = init_device_mesh("tpu", (world,))
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        model.load_state_dict(state)
+        model = parallelize_module(model.to(mesh.device_type), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        return model(x.to(torch.device("tpu", rank))).detach().cpu()
+
+    results, delta = metrics_delta(run_in_threads, tp, 2)
+    want = ref(x).detach()
+    for out in results:
+        assert torch.allclose(out, want, atol=1e-5), (out, want)
+    assert delta["collectives_via_host"] == 0 and delta["collectives_on_device"] > 0, delta
+
+
+def test_collectives_between_processes_are_counted_as_via_host():
+    # One process, world size 1, Gloo: the host path (the multi-process tests check values).
+    store = dist.HashStore()
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=store)
+    try:
+        t = torch.ones(3, device="tpu")
+        _, delta = metrics_delta(dist.all_reduce, t)
+        assert delta["collectives_via_host"] == 1 and delta["collectives_on_device"] == 0, delta
+        assert torch.equal(t.cpu(), torch.ones(3))
+    finally:
+        dist.destroy_process_group()
