@@ -6,6 +6,10 @@ of the per-call times, the bus bandwidth 2(n-1)/n x bytes / time, and the median
 per-round ratios host/device.
 
     TORCH_TPU_NUM_DEVICES=4 python bench/collectives.py [--ranks 4] [--rounds 5] [--iters 5]
+                                                        [--tpu-topology v5e:2x2]
+
+--tpu-topology also compiles each all_reduce program for that TPU topology with libtpu (no TPU
+needed) and adds the cost model's time and bus bandwidth: the compiler's estimates, not measurements.
 """
 import argparse
 import os
@@ -44,11 +48,17 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--max-bytes", type=int, default=SIZES[-1])
+    p.add_argument("--tpu-topology")
     a = p.parse_args()
     n = a.ranks
+    if a.tpu_topology:
+        from torch_tpu import tpu_target
+        tpu_target.enable(a.tpu_topology)
     print(f"all_reduce(sum) f32 over {n} in-process devices ({torch_tpu._C._platform()}), "
           f"{a.rounds} rounds x {a.iters} calls")
-    print(f"{'bytes':>10} {'device ms':>10} {'host ms':>10} {'device GB/s':>12} {'host GB/s':>10} {'host/device':>12}")
+    tpu_cols = f" {a.tpu_topology + ' ms':>14} {'GB/s':>8}" if a.tpu_topology else ""
+    print(f"{'bytes':>10} {'device ms':>10} {'host ms':>10} {'device GB/s':>12} {'host GB/s':>10} {'host/device':>12}"
+          + tpu_cols)
     for nbytes in [s for s in SIZES if s <= a.max_bytes]:
         dev_t, host_t, ratios = [], [], []
         for _ in range(a.rounds):
@@ -59,8 +69,16 @@ def main():
             ratios.append(h / d)
         d, h = statistics.median(dev_t), statistics.median(host_t)
         bus = 2 * (n - 1) / n * nbytes
+        tpu = ""
+        if a.tpu_topology:
+            name = f"collective all_reduce(sum) f32[{nbytes // 4}] over {n} ranks"
+            rows = [r for r in tpu_target.report(wait=True, clear=True) if r["name"] == name]
+            if rows and rows[0]["ok"] and rows[0]["modelled_ms"] > 0:
+                tpu = f" {rows[0]['modelled_ms']:>14.4f} {bus / rows[0]['modelled_ms'] / 1e6:>8.1f}"
+            else:
+                tpu = f" {'error' if rows else 'not compiled':>14}"
         print(f"{nbytes:>10} {d * 1e3:>10.3f} {h * 1e3:>10.3f} {bus / d / 1e9:>12.2f} {bus / h / 1e9:>10.2f} "
-              f"{statistics.median(ratios):>12.2f}")
+              f"{statistics.median(ratios):>12.2f}" + tpu, flush=True)
 
 
 if __name__ == "__main__":

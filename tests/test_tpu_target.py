@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torch_tpu
+from conftest import needs_devices
 from torch_tpu import kernels, tpu_target
 
 TOPOLOGY = "v5e:2x2"
@@ -124,6 +125,29 @@ _ABORTS = """module @k attributes {mhlo.num_partitions = 1 : i32} {
     return %0 : tensor<5x3xcomplex<f64>>
   }
 }"""
+
+
+@needs_devices(2)
+def test_device_collectives_compile_for_the_topology():
+    """Collectives between rank threads run as programs replicated over the ranks' devices; each is
+    compiled for the topology too, on as many chips as ranks (its mhlo.num_replicas)."""
+    import torch.distributed as dist
+    from torch_tpu.distributed import run_in_threads
+
+    def ranks(rank, world):
+        t = torch.full((37, 29), float(rank + 1), device=f"tpu:{rank}")
+        dist.all_reduce(t)
+        out = torch.empty(2 * 37, 29, device=f"tpu:{rank}")
+        dist.all_gather_into_tensor(out, t)
+        return out.cpu()
+
+    results, rows = _new_rows(lambda: run_in_threads(ranks, 2))
+    assert all(torch.equal(r, torch.full((74, 29), 3.0)) for r in results)
+    collective = {r["name"]: r for r in rows if r["name"].startswith("collective ")}
+    assert any("all_reduce(sum) f32[1073] over 2 ranks" in n for n in collective), list(collective)
+    assert any("all_gather f32[1073] over 2 ranks" in n for n in collective), list(collective)
+    assert all(r["ok"] for r in collective.values()), [r["error"] for r in collective.values()]
+    assert all(r["bytes_accessed"] > 0 for r in collective.values())
 
 
 def test_compiler_abort_is_an_error_row():

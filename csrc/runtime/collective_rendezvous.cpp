@@ -13,6 +13,7 @@
 
 #include "metrics.h"
 #include "runtime.h"
+#include "tpu_target.h"
 
 namespace tpu::runtime {
 namespace {
@@ -61,7 +62,8 @@ std::string Mismatch(const Slot& slot, int64_t k) {
   return "";
 }
 
-pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector<int64_t>& device_ids) {
+pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector<int64_t>& device_ids,
+                               const std::string& description) {
   std::string key;
   for (int64_t id : device_ids) key += std::to_string(id) + ",";
   key += "\n" + module_text;
@@ -71,6 +73,8 @@ pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector
   Runtime& rt = Runtime::Get();
   pjrt::ExecutablePtr exe = rt.client().Compile(module_text, pjrt::ReplicatedCompileOptions(device_ids));
   GetMetrics().programs_compiled++;
+  // Also compiled for a TPU topology (its mhlo.num_replicas chips) when one is asked for.
+  LogForTpuTarget("collective " + description, module_text, "", /*from_disk=*/false);
   executables.emplace(key, exe);
   return exe;
 }
@@ -87,7 +91,7 @@ std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
     ids.push_back(rt.client().device_id(a->device));
     args.push_back({a->operand->raw()});
   }
-  std::vector<std::vector<pjrt::BufferPtr>> outputs = Executable(first.module_text, ids)->ExecuteReplicated(args);
+  std::vector<std::vector<pjrt::BufferPtr>> outputs = Executable(first.module_text, ids, first.description)->ExecuteReplicated(args);
   GetMetrics().executions++;
   std::vector<pjrt::BufferPtr> results;
   for (auto& o : outputs) results.push_back(o.at(0));
