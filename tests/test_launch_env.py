@@ -2,7 +2,7 @@
 checked without a TPU or GPU."""
 import pytest
 
-from torch_tpu.launch_env import apply, cuda_client_options, tpu_process_env
+from torch_tpu.launch_env import JOB_STORE_PREFIX, apply, client_options, cuda_client_options, job_store, tpu_process_env
 
 
 def torchrun(local_rank, local_size, rank, size, **extra):
@@ -49,3 +49,70 @@ def test_apply_only_touches_libtpu_and_cuda_options():
     assert env["TPU_VISIBLE_CHIPS"] == "2" and env["TPU_PROCESS_BOUNDS"] == "2,2,1"
     assert cuda_client_options(torchrun(1, 2, 3, 4)) == {"node_id": 3, "num_nodes": 4, "visible_devices": [1]}
     assert cuda_client_options({}) == {}
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_only_the_cuda_plugin_gets_create_options():
+    env = torchrun(1, 2, 3, 4)
+    assert client_options("CUDA plugin", env) == {"node_id": 3, "num_nodes": 4, "visible_devices": [1]}
+    assert client_options("libtpu", env) == {} and client_options("CPU default", env) == {}
+
+
+def test_the_pjrt_key_value_callbacks_use_the_launchers_store():
+    """The PJRT client's kv callbacks, called as a plugin calls them, reach the job's c10d store
+    (rank 0 hosts it at MASTER_ADDR:MASTER_PORT, as init_process_group would), under the prefix."""
+    import torch.distributed as dist
+
+    from torch_tpu import _C
+
+    port = _free_port()
+    store = job_store(torchrun(0, 2, 0, 2, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+    import datetime
+
+    other_rank = dist.PrefixStore(JOB_STORE_PREFIX, dist.TCPStore("127.0.0.1", port, 2, is_master=False,
+                                                                  wait_for_workers=False,
+                                                                  timeout=datetime.timedelta(seconds=20)))
+    assert _C._job_store_call_as_plugin(store, "put", "node:0", "devices of rank 0") is None
+    assert other_rank.get("node:0") == b"devices of rank 0"
+    other_rank.set("node:1", b"\x00binary\xff")
+    assert _C._job_store_call_as_plugin(store, "get", "node:1", timeout_ms=5000) == b"\x00binary\xff"
+    assert _C._job_store_call_as_plugin(store, "try_get", "node:1") == b"\x00binary\xff"
+    with pytest.raises(RuntimeError, match="NOT_FOUND"):
+        _C._job_store_call_as_plugin(store, "try_get", "node:2")
+    with pytest.raises(RuntimeError, match="DEADLINE_EXCEEDED.*node:2"):
+        _C._job_store_call_as_plugin(store, "get", "node:2", timeout_ms=100)
+    # A get that waits does not hold the store against a put from another thread.
+    import threading
+
+    threading.Timer(0.2, lambda: store.set("late", "v")).start()
+    assert _C._job_store_call_as_plugin(store, "get", "late", timeout_ms=10000) == b"v"
+    assert job_store({}) is None and job_store(torchrun(0, 2, 0, 2)) is None
+
+
+def test_a_multi_process_client_is_given_the_store_before_it_starts():
+    """In a fresh process under launcher variables: the store is attached before the client
+    starts (the CPU plugin itself ignores it), and the device still works."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, torch_tpu\n"
+            "from torch_tpu import _C, launch_env\n"
+            "assert _C._client_setup()['job_store'] is None\n"
+            "launch_env.attach_job_store('CUDA plugin')\n"
+            "print(_C._client_setup())\n"
+            "print(torch.ones(3, device='tpu').sum().item())\n"
+            "print(_C._set_job_store(launch_env.job_store()))\n")
+    env = dict(os.environ, **torchrun(0, 2, 0, 2, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert "'job_store': 'torch.distributed store'" in lines[0]
+    assert lines[1] == "3.0" and lines[2] == "False"  # too late once the client has started

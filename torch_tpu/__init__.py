@@ -38,7 +38,7 @@ from . import launch_env as _launch_env  # noqa: E402
 _launch_env.apply(_plugin_choice.how)  # one chip per process under torchrun (libtpu reads these at start)
 # The device count (TORCH_TPU_NUM_DEVICES) is read and checked when the runtime starts, so a
 # bad value fails the first use with an error naming it, not `import torch`.
-_C._configure(_plugin_choice.path, 0)
+_C._configure(_plugin_choice.path, 0, _launch_env.client_options(_plugin_choice.how))
 torch.utils.rename_privateuse1_backend("tpu")
 
 from . import device as _device_module  # noqa: E402

@@ -8,6 +8,7 @@ from collections import namedtuple
 import torch
 
 from . import _C
+from . import launch_env as _launch_env
 
 _initialized = False
 _init_lock = threading.Lock()
@@ -48,6 +49,9 @@ def _lazy_init():
             return
         if _in_bad_fork:
             raise RuntimeError("tpu: cannot re-initialize the device in a forked subprocess; use 'spawn'")
+        import torch_tpu
+
+        _launch_env.attach_job_store(torch_tpu._plugin_choice.how)
         _C._init()
         _initialized = True
         for fn, _ in _queued_calls:

@@ -11,6 +11,13 @@ TPU_WORKER_HOSTNAMES (the hosts, in worker order) and TPU_HOST_BOUNDS (their arr
 "1,1,2") are read. Variables already set win.
 
 The CUDA plugin (jax's PJRT_Client_Create options): node_id, num_nodes, visible_devices.
+
+Both multi-process clients exchange their devices through a key-value store given to
+PJRT_Client_Create, so that every process sees the job's global device ids. That store is
+torch.distributed's (`job_store`): the default process group's when one exists before the
+first tpu tensor, else the launcher's TCPStore at MASTER_ADDR:MASTER_PORT (torchrun's agent
+store, or rank 0's multi-tenant one, which init_process_group later shares), under the prefix
+"torch_tpu/pjrt/". The CPU plugin gets neither: it has no collectives across processes.
 """
 import os
 
@@ -93,6 +100,61 @@ def cuda_client_options(env=None):
         return {}
     local_rank, _, rank, size = ranks
     return {"node_id": rank, "num_nodes": size, "visible_devices": [local_rank]}
+
+
+def client_options(plugin_how, env=None):
+    """PJRT_Client_Create options for the chosen plugin ({} but for the CUDA plugin under a
+    launcher; libtpu reads its environment instead)."""
+    return cuda_client_options(env) if plugin_how == "CUDA plugin" else {}
+
+
+JOB_STORE_PREFIX = "torch_tpu/pjrt"  # PrefixStore adds the "/"
+
+
+def job_store(env=None, timeout=None):
+    """The store the PJRT client shares with the job's other processes, or None outside a
+    launcher (or where no store can be reached: no process group and no MASTER_ADDR/PORT)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    env = os.environ if env is None else env
+    ranks = launcher(env)
+    if ranks is None or not dist.is_available():
+        return None
+    _, _, rank, size = ranks
+    if dist.is_initialized():
+        store = dist.distributed_c10d._get_default_store()
+    elif "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        # Not waiting for the other workers: they connect when their own client starts.
+        agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), size, is_master=(rank == 0 and not agent),
+                              timeout=timeout or datetime.timedelta(minutes=30), wait_for_workers=False,
+                              multi_tenant=True)
+    else:
+        return None
+    return dist.PrefixStore(JOB_STORE_PREFIX, store)
+
+
+def attach_job_store(plugin_how, env=None):
+    """Gives the job's store to a multi-process client before it starts (a warning where a
+    launcher runs several processes but no store is reachable: each then sees only its own
+    devices)."""
+    if plugin_how == "CPU default" or launcher(env) is None:
+        return None
+    from . import _C
+
+    store = job_store(env)
+    if store is None:
+        import warnings
+
+        warnings.warn("torch_tpu: several processes under a launcher, but no torch.distributed store to share "
+                      "with the PJRT client (no process group yet and no MASTER_ADDR/MASTER_PORT): each process "
+                      "sees only its own devices. Call torch.distributed.init_process_group before the first tpu "
+                      "tensor.")
+        return None
+    _C._set_job_store(store)
+    return store
 
 
 def apply(plugin_how, env=None):

@@ -19,6 +19,7 @@ namespace py = pybind11;
 namespace tpu::aten {
 void RegisterGraphBindings(py::module_& m);  // compiled_graph.cpp: torch.compile programs
 void RegisterKernelBindings(py::module_& m);  // custom_kernels.cpp: torch_tpu.kernels
+void RegisterJobStoreBindings(py::module_& m);  // job_store.cpp: the PJRT client's key-value store
 }
 
 namespace tpu::aten {
@@ -84,14 +85,37 @@ py::dict MetricsDict() {
 PYBIND11_MODULE(_C, m) {
   using namespace tpu;
   aten::InstallWaitInterruptCheck();
-  m.def("_configure", [](const std::string& plugin_path, int num_devices) {
-    runtime::Runtime::Configure({plugin_path, num_devices});
+  // client_options: {name: int | [int] | str | bool}, PJRT_Client_Create options for a plugin
+  // other than the CPU one (torch_tpu.launch_env.client_options).
+  m.def("_configure", [](const std::string& plugin_path, int num_devices, const py::dict& client_options) {
+    runtime::RuntimeConfig config{plugin_path, num_devices};
+    for (auto item : client_options) {
+      pjrt::ClientOption option{py::cast<std::string>(item.first), int64_t{0}};
+      py::handle v = item.second;
+      if (py::isinstance<py::bool_>(v)) option.value = v.cast<bool>();
+      else if (py::isinstance<py::int_>(v)) option.value = v.cast<int64_t>();
+      else if (py::isinstance<py::str>(v)) option.value = v.cast<std::string>();
+      else option.value = v.cast<std::vector<int64_t>>();
+      config.client_options.push_back(std::move(option));
+    }
+    runtime::Runtime::Configure(config);
+  }, py::arg("plugin_path"), py::arg("num_devices"), py::arg("client_options") = py::dict());
+  m.def("_client_setup", [] {
+    runtime::RuntimeConfig config = runtime::Runtime::CurrentConfig();
+    py::dict options;
+    for (const auto& option : config.client_options)
+      std::visit([&](const auto& v) { options[py::str(option.name)] = py::cast(v); }, option.value);
+    py::dict d;
+    d["client_options"] = options;
+    d["job_store"] = config.kv_store ? py::object(py::str(config.kv_store->Describe())) : py::object(py::none());
+    return d;
   });
   m.def("_register_ops", [] {
     aten::RegisterLoweredOps();
     aten::RegisterCompositeKernels();
   });
   m.def("_register_collectives", &aten::RegisterCollectives);
+  aten::RegisterJobStoreBindings(m);
   m.def("_register_in_process_group", &aten::RegisterInProcessGroup);
   m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());
   m.def("_initialized", &runtime::Runtime::Initialized);

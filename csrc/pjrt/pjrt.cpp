@@ -138,6 +138,31 @@ void AppendTag(std::string& out, int field, int wire_type) {
   AppendVarint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
 }
 
+// Protobuf wire format, written by hand (no protobuf dependency): an integer field, and a
+// nested message or packed field given as its encoded bytes.
+void AppendInt(std::string& out, int field, int64_t value) {
+  AppendTag(out, field, 0);
+  AppendVarint(out, static_cast<uint64_t>(value));
+}
+
+void AppendBytes(std::string& out, int field, const std::string& bytes) {
+  AppendTag(out, field, 2);
+  AppendVarint(out, bytes.size());
+  out += bytes;
+}
+
+// ExecutableBuildOptionsProto: device_ordinal(1) = -1 (any), num_replicas(4),
+// num_partitions(5), use_spmd_partitioning(6) where partitioned, device_assignment(9) if any.
+std::string BuildOptions(int64_t num_replicas, int64_t num_partitions, const std::string& device_assignment) {
+  std::string build;
+  AppendInt(build, 1, -1);
+  AppendInt(build, 4, num_replicas);
+  AppendInt(build, 5, num_partitions);
+  if (num_partitions > 1) AppendInt(build, 6, 1);
+  if (!device_assignment.empty()) AppendBytes(build, 9, device_assignment);
+  return build;
+}
+
 }  // namespace
 
 std::shared_ptr<Plugin> Plugin::Load(const std::string& path) {
@@ -409,22 +434,40 @@ std::string Executable::Serialize() const {
   return bytes;
 }
 
-Client::Client(std::shared_ptr<Plugin> plugin, int64_t cpu_device_count) : plugin_(std::move(plugin)) {
+Client::Client(std::shared_ptr<Plugin> plugin, const ClientOptions& options)
+    : plugin_(std::move(plugin)), kv_store_(options.kv_store) {
   const PJRT_Api* api = plugin_->api();
   auto create = Args<PJRT_Client_Create_Args>();
-  PJRT_NamedValue option;
-  std::memset(&option, 0, sizeof(option));
-  static const char kCount[] = "cpu_device_count";
-  if (cpu_device_count > 0) {
-    option.struct_size = sizeof(option);
-    option.name = kCount;
-    option.name_size = sizeof(kCount) - 1;
-    option.type = PJRT_NamedValue_kInt64;
-    option.int64_value = cpu_device_count;
-    option.value_size = 1;
-    create.create_options = &option;
-    create.num_options = 1;
+  // PJRT_NamedValue points into `options`, which outlives the call.
+  std::vector<PJRT_NamedValue> named(options.create_options.size());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const ClientOption& option = options.create_options[i];
+    PJRT_NamedValue& value = named[i];
+    std::memset(&value, 0, sizeof(value));
+    value.struct_size = sizeof(value);
+    value.name = option.name.data();
+    value.name_size = option.name.size();
+    if (auto* n = std::get_if<int64_t>(&option.value)) {
+      value.type = PJRT_NamedValue_kInt64;
+      value.int64_value = *n;
+      value.value_size = 1;
+    } else if (auto* list = std::get_if<std::vector<int64_t>>(&option.value)) {
+      value.type = PJRT_NamedValue_kInt64List;
+      value.int64_array_value = list->data();
+      value.value_size = list->size();
+    } else if (auto* text = std::get_if<std::string>(&option.value)) {
+      value.type = PJRT_NamedValue_kString;
+      value.string_value = text->data();
+      value.value_size = text->size();
+    } else {
+      value.type = PJRT_NamedValue_kBool;
+      value.bool_value = std::get<bool>(option.value);
+      value.value_size = 1;
+    }
   }
+  create.create_options = named.data();
+  create.num_options = named.size();
+  if (kv_store_) AttachKeyValueStore(create, kv_store_.get());
   plugin_->Check(api->PJRT_Client_Create(&create), "PJRT_Client_Create");
   raw_ = create.client;
 
@@ -553,98 +596,43 @@ bool Client::MemoryStats(size_t device_index, DeviceMemoryStats* out) const {
 }
 
 std::string PortableCompileOptions() {
-  // ExecutableBuildOptionsProto: device_ordinal(1) = -1, num_replicas(4) = 1, num_partitions(5) = 1.
-  std::string build;
-  AppendTag(build, 1, 0);
-  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
-  AppendTag(build, 4, 0);
-  AppendVarint(build, 1);
-  AppendTag(build, 5, 0);
-  AppendVarint(build, 1);
   // CompileOptionsProto: executable_build_options(3), compile_portable_executable(4) = true.
   std::string options;
-  AppendTag(options, 3, 2);
-  AppendVarint(options, build.size());
-  options += build;
-  AppendTag(options, 4, 0);
-  AppendVarint(options, 1);
+  AppendBytes(options, 3, BuildOptions(1, 1, ""));
+  AppendInt(options, 4, 1);
   return options;
 }
 
 std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions) {
   if (num_replicas == 1 && num_partitions == 1) return PortableCompileOptions();
-  // ExecutableBuildOptionsProto: device_ordinal(1) = -1, num_replicas(4), num_partitions(5),
-  // use_spmd_partitioning(6), device_assignment(9): DeviceAssignmentProto replica_count(1),
-  // computation_count(2), one computation_devices(3) per partition holding replica_device_ids(1).
+  // DeviceAssignmentProto: replica_count(1), computation_count(2), one computation_devices(3)
+  // per partition holding replica_device_ids(1).
   std::string assignment;
-  AppendTag(assignment, 1, 0);
-  AppendVarint(assignment, static_cast<uint64_t>(num_replicas));
-  AppendTag(assignment, 2, 0);
-  AppendVarint(assignment, static_cast<uint64_t>(num_partitions));
+  AppendInt(assignment, 1, num_replicas);
+  AppendInt(assignment, 2, num_partitions);
   for (int64_t p = 0; p < num_partitions; ++p) {
     std::string devices;
-    for (int64_t r = 0; r < num_replicas; ++r) {
-      AppendTag(devices, 1, 0);
-      AppendVarint(devices, static_cast<uint64_t>(r * num_partitions + p));
-    }
-    AppendTag(assignment, 3, 2);
-    AppendVarint(assignment, devices.size());
-    assignment += devices;
+    for (int64_t r = 0; r < num_replicas; ++r) AppendInt(devices, 1, r * num_partitions + p);
+    AppendBytes(assignment, 3, devices);
   }
-  std::string build;
-  AppendTag(build, 1, 0);
-  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
-  AppendTag(build, 4, 0);
-  AppendVarint(build, static_cast<uint64_t>(num_replicas));
-  AppendTag(build, 5, 0);
-  AppendVarint(build, static_cast<uint64_t>(num_partitions));
-  if (num_partitions > 1) {
-    AppendTag(build, 6, 0);
-    AppendVarint(build, 1);
-  }
-  AppendTag(build, 9, 2);
-  AppendVarint(build, assignment.size());
-  build += assignment;
-  std::string options;
-  AppendTag(options, 3, 2);
-  AppendVarint(options, build.size());
-  options += build;
+  std::string options;  // CompileOptionsProto: executable_build_options(3)
+  AppendBytes(options, 3, BuildOptions(num_replicas, num_partitions, assignment));
   return options;
 }
 
 std::string ReplicatedCompileOptions(const std::vector<int64_t>& device_ids) {
   // DeviceAssignmentProto: replica_count(1), computation_count(2) = 1, and one
-  // computation_devices(3) { replica_device_ids(1) } holding the replicas' devices.
+  // computation_devices(3) { replica_device_ids(1), packed } holding the replicas' devices.
   std::string ids;
   for (int64_t id : device_ids) AppendVarint(ids, static_cast<uint64_t>(id));
   std::string computation;
-  AppendTag(computation, 1, 2);
-  AppendVarint(computation, ids.size());
-  computation += ids;
+  AppendBytes(computation, 1, ids);
   std::string assignment;
-  AppendTag(assignment, 1, 0);
-  AppendVarint(assignment, device_ids.size());
-  AppendTag(assignment, 2, 0);
-  AppendVarint(assignment, 1);
-  AppendTag(assignment, 3, 2);
-  AppendVarint(assignment, computation.size());
-  assignment += computation;
-  // ExecutableBuildOptionsProto: device_ordinal(1) = -1, num_replicas(4), num_partitions(5) = 1,
-  // device_assignment(9).
-  std::string build;
-  AppendTag(build, 1, 0);
-  AppendVarint(build, static_cast<uint64_t>(int64_t{-1}));
-  AppendTag(build, 4, 0);
-  AppendVarint(build, device_ids.size());
-  AppendTag(build, 5, 0);
-  AppendVarint(build, 1);
-  AppendTag(build, 9, 2);
-  AppendVarint(build, assignment.size());
-  build += assignment;
+  AppendInt(assignment, 1, static_cast<int64_t>(device_ids.size()));
+  AppendInt(assignment, 2, 1);
+  AppendBytes(assignment, 3, computation);
   std::string options;  // CompileOptionsProto: executable_build_options(3)
-  AppendTag(options, 3, 2);
-  AppendVarint(options, build.size());
-  options += build;
+  AppendBytes(options, 3, BuildOptions(static_cast<int64_t>(device_ids.size()), 1, assignment));
   return options;
 }
 

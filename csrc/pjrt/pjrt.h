@@ -7,8 +7,10 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "key_value_store.h"
 #include "pjrt_c_api.h"
 
 namespace tpu::pjrt {
@@ -142,10 +144,23 @@ struct DeviceMemoryStats {
   int64_t bytes_limit = -1;
 };
 
+// A PJRT_Client_Create option (PJRT_NamedValue): the CPU plugin's cpu_device_count, the
+// CUDA plugin's node_id / num_nodes / visible_devices, ...
+struct ClientOption {
+  std::string name;
+  std::variant<int64_t, std::vector<int64_t>, std::string, bool> value;
+};
+
+struct ClientOptions {
+  std::vector<ClientOption> create_options;
+  // Shared with the job's other processes; null: this process is alone. Kept alive by the
+  // client, whose plugin may call it for as long as the client lives.
+  std::shared_ptr<KeyValueStore> kv_store;
+};
+
 class Client {
  public:
-  // `cpu_device_count` > 0 is passed as the CPU plugin's create option; other plugins get none.
-  Client(std::shared_ptr<Plugin> plugin, int64_t cpu_device_count);
+  Client(std::shared_ptr<Plugin> plugin, const ClientOptions& options);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -169,6 +184,7 @@ class Client {
 
  private:
   std::shared_ptr<Plugin> plugin_;
+  std::shared_ptr<KeyValueStore> kv_store_;
   PJRT_Client* raw_ = nullptr;
   std::string platform_name_, platform_version_;
   std::vector<PJRT_Device*> devices_;

@@ -159,6 +159,18 @@ void Runtime::Configure(const RuntimeConfig& config) {
   if (g_runtime == nullptr) PendingConfig() = config;
 }
 
+bool Runtime::SetKeyValueStore(std::shared_ptr<pjrt::KeyValueStore> store) {
+  std::lock_guard<std::mutex> lock(g_runtime_mu);
+  if (g_runtime != nullptr) return false;
+  PendingConfig().kv_store = std::move(store);
+  return true;
+}
+
+RuntimeConfig Runtime::CurrentConfig() {
+  std::lock_guard<std::mutex> lock(g_runtime_mu);
+  return g_runtime != nullptr ? g_runtime->config_ : PendingConfig();
+}
+
 bool Runtime::Initialized() {
   std::lock_guard<std::mutex> lock(g_runtime_mu);
   return g_runtime != nullptr;
@@ -199,7 +211,16 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   ObserveLongWaits(*plugin, wait_notice_s, quiet && *quiet && std::string(quiet) != "0");
   // Only the CPU plugin knows cpu_device_count; it is the one whose path says so.
   bool is_cpu_plugin = config_.plugin_path.find("cpu") != std::string::npos;
-  client_ = std::make_unique<pjrt::Client>(plugin, is_cpu_plugin ? config_.num_devices : 0);
+  // The CPU plugin has no collectives across processes, so it gets neither the launcher's
+  // options nor the store: each process is alone there (torch.distributed goes through Gloo).
+  pjrt::ClientOptions client_options;
+  if (is_cpu_plugin) {
+    client_options.create_options.push_back({"cpu_device_count", int64_t{config_.num_devices}});
+  } else {
+    client_options.create_options = config_.client_options;
+    client_options.kv_store = config_.kv_store;
+  }
+  client_ = std::make_unique<pjrt::Client>(plugin, client_options);
   compile_options_ = pjrt::PortableCompileOptions();
   // Plugins read compiler flags from the environment too (XLA_FLAGS; libtpu's
   // LIBTPU_INIT_ARGS): an executable compiled under other flags is another program on disk.

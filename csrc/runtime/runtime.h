@@ -89,12 +89,20 @@ struct TpuStorage : std::enable_shared_from_this<TpuStorage> {
 struct RuntimeConfig {
   std::string plugin_path;
   int num_devices = 1;
+  // PJRT_Client_Create options for a plugin other than the CPU one (one process per chip
+  // under a launcher: torch_tpu/launch_env.py), and the job's key-value store (null: alone).
+  std::vector<pjrt::ClientOption> client_options;
+  std::shared_ptr<pjrt::KeyValueStore> kv_store;
 };
 
 class Runtime {
  public:
   // Set before first use (from Python); later calls are ignored once the client exists.
   static void Configure(const RuntimeConfig& config);
+  // The job's key-value store, for a client not started yet (false once it has started).
+  static bool SetKeyValueStore(std::shared_ptr<pjrt::KeyValueStore> store);
+  // The configuration the client started with, or will start with.
+  static RuntimeConfig CurrentConfig();
   static bool Initialized();
   static Runtime& Get();  // creates the client on first use; throws pjrt::Error
 
