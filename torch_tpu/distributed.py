@@ -138,6 +138,17 @@ def _sharding_propagator():
     return ShardingPropagator if hasattr(ShardingPropagator, "_fake_mode_lock") else None
 
 
+def _resolve_compile_backend():
+    """Registers torch.compile's "tpu" backend now, on one thread. Dynamo loads a backend named
+    by an entry point at its first lookup and registers it then; two rank threads compiling at
+    once both did, and the second raised "duplicate name: tpu"."""
+    try:
+        from torch._dynamo.backends.registry import lookup_backend
+    except ImportError:  # a torch without Dynamo
+        return
+    lookup_backend("tpu")
+
+
 def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60), backend="tpu_dist"):
     """Runs fn(rank, world_size, *args) on `world_size` threads, each rank of a `backend` group
     (default "tpu_dist": collectives on the devices; "gloo": through the host) on device
@@ -150,6 +161,7 @@ def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60)
     if world_size > torch.tpu.device_count():
         raise ValueError(f"run_in_threads: {world_size} ranks need as many tpu devices, this process has "
                          f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets the CPU plugin's count)")
+    _resolve_compile_backend()
     _install_threaded_pg()
     propagator = _sharding_propagator()
     if propagator is not None:
