@@ -153,7 +153,13 @@ def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60)
     """Runs fn(rank, world_size, *args) on `world_size` threads, each rank of a `backend` group
     (default "tpu_dist": collectives on the devices; "gloo": through the host) on device
     tpu:rank; returns the ranks' results. The first rank's exception is raised (the others' are
-    attached as its notes)."""
+    attached as its notes).
+
+    The world is per thread: a thread that a rank starts is no rank and finds none of its groups.
+    What differs from torchrun for libraries: no RANK/LOCAL_RANK/WORLD_SIZE in the environment
+    (Transformers' `from_pretrained(..., tp_plan="auto")` sizes its plan from WORLD_SIZE, which
+    is the same for every rank: set it, or pass tp_size), and Transformers shards weights on
+    worker threads unless HF_DEACTIVATE_ASYNC_LOAD=1 (tests/test_tensor_parallel.py)."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.multi_threaded_pg import (_install_threaded_pg,
                                                                       _uninstall_threaded_pg)
