@@ -95,8 +95,9 @@ def test_fsdp2_llama_adamw_matches_cpu():
             # Adam divides by sqrt(v): gradients equal to 1e-7 give parameters equal to ~1e-5 after 3 steps.
             torch.testing.assert_close(state[name], p, atol=1e-4, rtol=1e-4, msg=name)
     assert delta["collectives_via_host"] == 0, delta
-    # Per step and rank: an all-gather per unit forward and backward, a reduce-scatter per unit.
-    assert delta["collectives_on_device"] >= 3 * 2 * 3, delta
+    # Counted once per collective of the group. Per step, for each of the 3 units (2 layers,
+    # the root): an all-gather before its forward and a reduce-scatter of its gradients.
+    assert delta["collectives_on_device"] >= 3 * 3 * 2, delta
     assert delta["cpu_fallbacks"] == 0, delta
 
 
@@ -144,7 +145,8 @@ def test_fsdp2_mlp_adamw_matches_cpu(compiled):
         for name, p in ref.state_dict().items():
             torch.testing.assert_close(state[name], p, atol=1e-5, rtol=1e-5, msg=name)
     assert delta["collectives_via_host"] == 0, delta
-    assert delta["collectives_on_device"] >= 3 * 2 * 4, delta
+    # Per step, for each of the 3 blocks: an all-gather before its forward and a reduce-scatter.
+    assert delta["collectives_on_device"] >= 3 * 3 * 2, delta
     assert delta["cpu_fallbacks"] == 0, delta
     if compiled:  # each block's forward and backward, per step and rank, ran as a compiled graph
         assert delta["compile_graph_runs"] >= 3 * 2 * 3 * 2, delta
