@@ -138,11 +138,28 @@ def _sharding_propagator():
     return ShardingPropagator if hasattr(ShardingPropagator, "_fake_mode_lock") else None
 
 
+def _resolve_compile_backend():
+    """Registers torch.compile's "tpu" backend now, on one thread. Dynamo loads a backend named
+    by an entry point at its first lookup and registers it then; two rank threads compiling at
+    once both did, and the second raised "duplicate name: tpu"."""
+    try:
+        from torch._dynamo.backends.registry import lookup_backend
+    except ImportError:  # a torch without Dynamo
+        return
+    lookup_backend("tpu")
+
+
 def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60), backend="tpu_dist"):
     """Runs fn(rank, world_size, *args) on `world_size` threads, each rank of a `backend` group
     (default "tpu_dist": collectives on the devices; "gloo": through the host) on device
     tpu:rank; returns the ranks' results. The first rank's exception is raised (the others' are
-    attached as its notes)."""
+    attached as its notes).
+
+    The world is per thread: a thread that a rank starts is no rank and finds none of its groups.
+    What differs from torchrun for libraries: no RANK/LOCAL_RANK/WORLD_SIZE in the environment
+    (Transformers' `from_pretrained(..., tp_plan="auto")` sizes its plan from WORLD_SIZE, which
+    is the same for every rank: set it, or pass tp_size), and Transformers shards weights on
+    worker threads unless HF_DEACTIVATE_ASYNC_LOAD=1 (tests/test_tensor_parallel.py)."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.multi_threaded_pg import (_install_threaded_pg,
                                                                       _uninstall_threaded_pg)
@@ -150,6 +167,7 @@ def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60)
     if world_size > torch.tpu.device_count():
         raise ValueError(f"run_in_threads: {world_size} ranks need as many tpu devices, this process has "
                          f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets the CPU plugin's count)")
+    _resolve_compile_backend()
     _install_threaded_pg()
     propagator = _sharding_propagator()
     if propagator is not None:
