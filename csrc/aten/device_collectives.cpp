@@ -29,12 +29,15 @@ using runtime::CollectiveSpec;
 std::mutex timeouts_mu;
 std::map<std::string, double> group_timeouts;  // seconds, by group name: the group's own timeout
 
-// The collective's timeout when the call sets none: the group's (c10d passes "unset").
+}  // namespace
+
 double GroupTimeout(const std::string& group) {
   std::lock_guard<std::mutex> lock(timeouts_mu);
   auto it = group_timeouts.find(group);
   return it != group_timeouts.end() && it->second > 0 ? it->second : 1800;
 }
+
+namespace {
 
 // The other ranks are Python threads of this process: a rank that waits for them at the
 // rendezvous must not hold the GIL they need to get there. Nothing below the rendezvous calls
@@ -57,8 +60,8 @@ CollectiveReduce ToReduce(const c10d::ReduceOp& op) {
   TORCH_CHECK(false, "torch.distributed on tpu: this ReduceOp is not supported (sum, avg, product, min, max are)");
 }
 
-// The tensor's value as a whole 1-D device buffer of its dtype (a contiguous copy when the
-// tensor is a part or a reinterpretation of its storage).
+}  // namespace
+
 pjrt::BufferPtr Operand(const at::Tensor& t) {
   TORCH_CHECK(t.device().is_privateuseone(), "torch.distributed on tpu: expected a tpu tensor, got one on ",
               t.device());
@@ -75,8 +78,6 @@ pjrt::BufferPtr Operand(const at::Tensor& t) {
   return s->Materialize(elem);
 }
 
-// Writes a 1-D result into `out`: its storage takes the buffer when `out` is the whole of it,
-// else a device copy lands it.
 void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
   shlo::ElemType elem = ToElemType(out.scalar_type());
   runtime::TpuStorage* s = StorageOf(out);
@@ -90,6 +91,8 @@ void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
   StorageOf(fresh)->Assign(std::move(buffer), elem);
   out.copy_(fresh.view(out.sizes()));
 }
+
+namespace {
 
 // Runs one collective of `spec` with this rank's `input`; the rank's 1-D result.
 pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const at::Tensor& input,
@@ -372,92 +375,6 @@ void DeviceAlltoall(const c10d::ProcessGroup& group, const TensorVec& outputs, c
     outputs[j].copy_(received.narrow(0, at_elem, out_splits[j]).view(outputs[j].sizes()));
     at_elem += out_splits[j];
   }
-}
-
-namespace {
-
-// One side of a send/recv, posted; wait() waits for the partner (without the GIL: the partner
-// is another Python thread) and lands a received value in the recv's tensor.
-class TransferWork : public c10d::Work {
- public:
-  TransferWork(runtime::PostedTransfer posted, at::Tensor tensor, double timeout_s)
-      : c10d::Work(-1, posted.is_send ? c10d::OpType::SEND : c10d::OpType::RECV),
-        posted_(std::move(posted)), tensor_(std::move(tensor)), timeout_s_(timeout_s) {}
-
-  bool isCompleted() override { return finished_; }
-
-  bool wait(std::chrono::milliseconds timeout) override {
-    if (finished_) return true;
-    pjrt::BufferPtr received;
-    {
-      std::optional<pybind11::gil_scoped_release> no_gil;
-      if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
-      try {
-        received = runtime::AwaitTransfer(posted_, timeout.count() > 0 ? timeout.count() / 1000.0 : timeout_s_);
-      } catch (const std::runtime_error& e) {
-        TORCH_CHECK(false, e.what());
-      }
-    }
-    if (received) WriteResult(tensor_, received);
-    finished_ = true;
-    return true;
-  }
-
- private:
-  runtime::PostedTransfer posted_;
-  at::Tensor tensor_;
-  double timeout_s_;
-  bool finished_ = false;
-};
-
-std::string ShapeOf(const at::Tensor& t) {
-  std::string dims;
-  for (int64_t d : t.sizes()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-  return std::string(shlo::MlirName(ToElemType(t.scalar_type()))) + "[" + dims + "]";
-}
-
-c10::intrusive_ptr<c10d::Work> Post(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t peer,
-                                    int64_t tag, bool is_send) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, "torch.distributed on tpu: send/recv take one tensor, got ", tensors.size());
-  const at::Tensor& t = tensors[0];
-  TORCH_CHECK_VALUE(peer >= 0 && peer < group.getSize() && peer != group.getRank(), "torch.distributed on tpu: ",
-                    is_send ? "send to" : "recv from", " rank ", peer, " from rank ", group.getRank(), " of a group of ",
-                    group.getSize(), " (a rank cannot send to itself)");
-  runtime::P2PArrival a;
-  a.group = group.getGroupName();
-  a.src = is_send ? group.getRank() : static_cast<int>(peer);
-  a.dst = is_send ? static_cast<int>(peer) : group.getRank();
-  a.tag = tag;
-  a.is_send = is_send;
-  a.device = t.device().index();
-  a.description = ShapeOf(t);
-  if (t.numel() > 0) {
-    CollectiveSpec spec{CollectiveKind::kSendRecv};
-    spec.elem = ToElemType(t.scalar_type());
-    spec.numel = t.numel();
-    spec.group_size = 2;
-    a.module_text = runtime::CollectiveModule(spec);
-    a.operand = Operand(t);
-  }
-  runtime::PostedTransfer posted;
-  {
-    std::optional<pybind11::gil_scoped_release> no_gil;  // the partner may be running the program
-    if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
-    posted = runtime::PostTransfer(a);
-  }
-  return c10::make_intrusive<TransferWork>(std::move(posted), t, GroupTimeout(a.group));
-}
-
-}  // namespace
-
-c10::intrusive_ptr<c10d::Work> DeviceSend(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t dst,
-                                          int64_t tag) {
-  return Post(group, tensors, dst, tag, /*is_send=*/true);
-}
-
-c10::intrusive_ptr<c10d::Work> DeviceRecv(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t src,
-                                          int64_t tag) {
-  return Post(group, tensors, src, tag, /*is_send=*/false);
 }
 
 void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s) {
