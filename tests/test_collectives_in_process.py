@@ -202,3 +202,153 @@ def test_collectives_between_processes_are_counted_as_via_host():
         assert torch.equal(t.cpu(), torch.ones(3))
     finally:
         dist.destroy_process_group()
+
+
+def all_to_all_and_p2p(rank, world):
+    dev = torch.device("tpu", rank)
+    seen = {}
+    # Even: rank r sends rows [2d, 2d+2) of its input to rank d.
+    x = (torch.arange(2.0 * world * 3).reshape(2 * world, 3) + 100 * rank).to(dev)
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x)
+    seen["even"] = out
+    # Uneven: rank r sends (r + d) % 3 rows to rank d, some none.
+    in_splits = [(rank + d) % 3 for d in range(world)]
+    out_splits = [(s + rank) % 3 for s in range(world)]
+    x = (torch.arange(float(sum(in_splits) * 2)).reshape(-1, 2) + 100 * rank).to(dev)
+    out = torch.empty(sum(out_splits), 2, device=dev)
+    dist.all_to_all_single(out, x, out_splits, in_splits)
+    seen["uneven"] = out
+    ints = torch.arange(world, dtype=torch.int64, device=dev) + 10 * rank
+    got = torch.empty_like(ints)
+    dist.all_to_all_single(got, ints, async_op=True).wait()
+    seen["int64"] = got
+    # List form, parts of different sizes: rank r sends d + 1 copies of r to rank d.
+    ins = [torch.full((d + 1,), float(rank), device=dev) for d in range(world)]
+    outs = [torch.empty(rank + 1, device=dev) for _ in range(world)]
+    dist.all_to_all(outs, ins)
+    seen["list"] = torch.cat(outs)
+    # Blocking send/recv: rank 0 sends to every other rank.
+    if rank == 0:
+        for d in range(1, world):
+            dist.send(torch.full((2, 3), 7.0 + d, device=dev), dst=d)
+        seen["send_recv"] = torch.zeros(2, 3)
+    else:
+        r = torch.empty(2, 3, device=dev)
+        dist.recv(r, src=0)
+        seen["send_recv"] = r
+    # A ring in one batch: every rank sends to rank + 1, receives from rank - 1.
+    right, left = (rank + 1) % world, (rank - 1) % world
+    got = torch.empty(4, device=dev, dtype=torch.bfloat16)
+    ops = [dist.P2POp(dist.isend, torch.full((4,), rank + 0.5, device=dev, dtype=torch.bfloat16), right),
+           dist.P2POp(dist.irecv, got, left)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    seen["ring"] = got
+    # isend/irecv in both directions with tags, waited in the reverse order.
+    a = torch.full((3,), 10.0 * rank, device=dev)
+    b, c = torch.empty(3, device=dev), torch.empty(3, device=dev)
+    works = [dist.isend(a, dst=right, tag=1), dist.isend(a + 1, dst=left, tag=2),
+             dist.irecv(b, src=left, tag=1), dist.irecv(c, src=right, tag=2)]
+    for w in reversed(works):
+        w.wait()
+    seen["tags"] = torch.stack([b, c])
+    return {k: v.cpu() for k, v in seen.items()}
+
+
+def all_to_all_expected(rank, world):
+    x = [torch.arange(2.0 * world * 3).reshape(2 * world, 3) + 100 * r for r in range(world)]
+    ins = [[(r + d) % 3 for d in range(world)] for r in range(world)]
+    uneven = []
+    for s in range(world):
+        rows = torch.arange(float(sum(ins[s]) * 2)).reshape(-1, 2) + 100 * s
+        uneven.append(rows.split(ins[s])[rank])
+    right, left = (rank + 1) % world, (rank - 1) % world
+    return {
+        "even": torch.cat([x[s][2 * rank: 2 * rank + 2] for s in range(world)]),
+        "uneven": torch.cat(uneven),
+        "int64": torch.tensor([rank + 10 * s for s in range(world)]),
+        "list": torch.cat([torch.full((rank + 1,), float(s)) for s in range(world)]),
+        "send_recv": torch.full((2, 3), 7.0 + rank) if rank else torch.zeros(2, 3),
+        "ring": torch.full((4,), left + 0.5, dtype=torch.bfloat16),
+        "tags": torch.stack([torch.full((3,), 10.0 * left), torch.full((3,), 10.0 * right + 1)]),
+    }
+
+
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=needs_devices(4))])
+def test_all_to_all_and_send_recv_run_on_the_devices(world):
+    results, delta = metrics_delta(run_in_threads, all_to_all_and_p2p, world)
+    for rank, got in enumerate(results):
+        for name, want in all_to_all_expected(rank, world).items():
+            assert got[name].dtype == want.dtype and torch.equal(got[name], want), (rank, name, got[name], want)
+    assert delta["collectives_via_host"] == 0, delta
+    # 3 all_to_all_single and 1 all_to_all, world - 1 sends, world ring transfers, 2 x world tagged
+    # ones: each transfer is counted once.
+    assert delta["collectives_on_device"] >= 4 + (world - 1) + world + 2 * world, delta
+
+
+def functional_all_to_all(rank, world):
+    import torch.distributed._functional_collectives as funcol
+
+    dev = torch.device("tpu", rank)
+    group = dist.group.WORLD
+    x = (torch.arange(2.0 * world) + 10 * rank).to(dev)
+    even = funcol.all_to_all_single(x, None, None, group)
+    in_splits = [d + 1 for d in range(world)]
+    out_splits = [rank + 1] * world
+    y = (torch.arange(float(sum(in_splits))) + 10 * rank).to(dev)
+    uneven = funcol.all_to_all_single(y, out_splits, in_splits, group)
+
+    @torch.compile(backend="tpu", fullgraph=True, dynamic=False)
+    def compiled(t):
+        return funcol.all_to_all_single(t * 2, None, None, group) + 1
+
+    return even.cpu(), uneven.cpu(), compiled(x).cpu()
+
+
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=needs_devices(4))])
+def test_functional_all_to_all_single_runs_on_the_devices(world):
+    results, delta = metrics_delta(run_in_threads, functional_all_to_all, world)
+    for rank, (even, uneven, compiled) in enumerate(results):
+        xs = [torch.arange(2.0 * world) + 10 * s for s in range(world)]
+        want = torch.cat([x[2 * rank: 2 * rank + 2] for x in xs])
+        assert torch.equal(even, want), (rank, even, want)
+        assert torch.equal(compiled, torch.cat([2 * x[2 * rank: 2 * rank + 2] for x in xs]) + 1), (rank, compiled)
+        ys = [(torch.arange(float(sum(range(1, world + 1)))) + 10 * s).split([d + 1 for d in range(world)])[rank]
+              for s in range(world)]
+        assert torch.equal(uneven, torch.cat(ys)), (rank, uneven)
+    assert delta["collectives_via_host"] == 0 and delta["collectives_on_device"] >= 3, delta
+
+
+def test_send_and_recv_that_disagree_raise_naming_both():
+    def mismatch(rank, world):
+        dev = torch.device("tpu", rank)
+        if rank == 0:
+            dist.send(torch.ones(2, 3, device=dev), dst=1)
+        else:
+            dist.recv(torch.empty(3, 2, dtype=torch.int32, device=dev), src=0)
+
+    with pytest.raises(RuntimeError) as info:
+        run_in_threads(mismatch, 2)
+    message = str(info.value)
+    assert "rank 0 sent f32[2,3]" in message and "receives i32[3,2]" in message, message
+
+
+def test_all_to_all_splits_that_disagree_raise_naming_both():
+    def mismatch(rank, world):
+        dev = torch.device("tpu", rank)
+        x = torch.ones(3, device=dev)
+        dist.all_to_all_single(torch.empty(3, device=dev), x, [1, 2], [1, 2])
+
+    # Rank 0 sends 2 rows to rank 1, whose output split for rank 0 is 1.
+    with pytest.raises(ValueError, match=r"rank 0 sends 2 rows to rank 1, which expects 1 from it"):
+        run_in_threads(mismatch, 2)
+
+
+def test_a_recv_with_no_send_raises_after_the_timeout():
+    def lonely(rank, world):
+        if rank == 1:
+            dist.recv(torch.empty(2, device=torch.device("tpu", rank)), src=0)
+
+    with pytest.raises(RuntimeError, match=r"rank 0 posted no matching send within"):
+        run_in_threads(lonely, 2, timeout=datetime.timedelta(seconds=2))

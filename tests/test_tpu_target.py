@@ -139,13 +139,23 @@ def test_device_collectives_compile_for_the_topology():
         dist.all_reduce(t)
         out = torch.empty(2 * 37, 29, device=f"tpu:{rank}")
         dist.all_gather_into_tensor(out, t)
-        return out.cpu()
+        swapped = torch.empty_like(out)
+        dist.all_to_all_single(swapped, out)
+        got = torch.empty(41, device=f"tpu:{rank}")
+        works = [dist.isend(torch.full((41,), float(rank), device=f"tpu:{rank}"), 1 - rank),
+                 dist.irecv(got, 1 - rank)]
+        for w in works:
+            w.wait()
+        return swapped.cpu(), got.cpu()
 
     results, rows = _new_rows(lambda: run_in_threads(ranks, 2))
-    assert all(torch.equal(r, torch.full((74, 29), 3.0)) for r in results)
+    assert all(torch.equal(s, torch.full((74, 29), 3.0)) for s, _ in results)
+    assert all(torch.equal(got, torch.full((41,), float(1 - rank))) for rank, (_, got) in enumerate(results))
     collective = {r["name"]: r for r in rows if r["name"].startswith("collective ")}
     assert any("all_reduce(sum) f32[1073] over 2 ranks" in n for n in collective), list(collective)
     assert any("all_gather f32[1073] over 2 ranks" in n for n in collective), list(collective)
+    assert any("all_to_all f32[2146] over 2 ranks" in n for n in collective), list(collective)
+    assert any("send/recv f32[41]" in n for n in collective), list(collective)
     assert all(r["ok"] for r in collective.values()), [r["error"] for r in collective.values()]
     assert all(r["bytes_accessed"] > 0 for r in collective.values())
 

@@ -11,11 +11,15 @@ and tpu tensors; those host round trips are counted in
 
 Where the ranks are threads of one process, one device each (PyTorch's threaded world, as its
 own DTensor tests use; `run_in_threads` here), "tpu_dist" gives an in-process group instead:
-all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter and barrier run on
-the devices as one
-program replicated over the ranks' devices (csrc/aten/device_collectives.cpp), counted in
-`collectives_on_device`. Ranks that issue different collectives raise on every rank, naming
-both; a rank that never comes makes the others raise after the group's timeout."""
+all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter, all_to_all (single,
+even or uneven splits, list form, functional) and barrier run on the devices as one program
+replicated over the ranks' devices (csrc/aten/device_collectives.cpp), counted in
+`collectives_on_device`. send/recv, isend/irecv and batch_isend_irecv run as one
+collective_permute over the two ranks' devices (csrc/runtime/p2p_rendezvous.cpp); posting never
+waits for the partner, `wait()` does. Ranks that issue different collectives (or a send and a
+recv of different shapes or dtypes) raise on every rank involved, naming both; a rank that never
+comes makes the others raise after the group's timeout. Not on the devices: recv from any source
+and monitored_barrier (they raise)."""
 import datetime
 import threading
 import warnings

@@ -1,5 +1,6 @@
 // torch.distributed collectives on tpu tensors. Among ranks that are threads of this process
-// (one device each), the common ones run on the devices as one program (device_collectives.h).
+// (one device each), they run on the devices (device_collectives.h), all but recv from any
+// source and monitored_barrier.
 // Otherwise each runs on host copies through the process group's CPU backend (gloo) and
 // writes the results back into the tpu tensors: any PJRT plugin, any number of processes,
 // with PyTorch's own group and store machinery, at the price of the host round trip (counted
@@ -35,7 +36,8 @@ bool HasCpuBackend(const Group& group) {
 
 c10::intrusive_ptr<c10d::Backend> Host(const Group& group) {
   TORCH_CHECK(!InProcess(*group), "torch.distributed on tpu: this collective is not supported yet among ranks that "
-              "are threads of one process (all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter and barrier are)");
+              "are threads of one process (all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter, all_to_all, send/recv "
+              "with a source rank and barrier are)");
   TORCH_CHECK(HasCpuBackend(group),
               "torch.distributed on tpu runs collectives through the group's CPU backend; create the group with "
               "a backend that has one (init_process_group(\"gloo\"))");
@@ -319,6 +321,10 @@ std::tuple<TensorVec, WorkPtr> Scatter(const at::TensorList& outputs, const std:
 
 std::tuple<TensorVec, WorkPtr> Alltoall(const at::TensorList& outputs, const at::TensorList& inputs, const Group& group,
                                         bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceAlltoall(*group, outputs.vec(), inputs.vec(), Timeout(timeout));
+    return {outputs.vec(), Done(outputs.vec())};
+  }
   TensorVec outs = outputs.vec(), host_out = HostLike(outs), host_in = ToHost(inputs.vec());
   c10d::AllToAllOptions opts;
   opts.timeout = Timeout(timeout);
@@ -330,6 +336,10 @@ std::tuple<TensorVec, WorkPtr> Alltoall(const at::TensorList& outputs, const at:
 
 WorkPtr AlltoallBase(at::Tensor& output, at::Tensor& input, const Group& group, std::vector<int64_t> output_splits,
                      std::vector<int64_t> input_splits, bool, int64_t timeout) {
+  if (InProcess(*group)) {
+    DeviceAlltoallBase(*group, output, input, output_splits, input_splits, Timeout(timeout));
+    return Done({output});
+  }
   at::Tensor host_out = HostLike(output), host_in = ToHost(input);
   c10d::AllToAllOptions opts;
   opts.timeout = Timeout(timeout);
@@ -358,12 +368,14 @@ void MonitoredBarrier(at::Tensor, const Group& group, const std::vector<int64_t>
 }
 
 WorkPtr Send(const at::TensorList tensors, const Group& group, int64_t dst, int64_t tag) {
+  if (InProcess(*group)) return DeviceSend(*group, tensors.vec(), dst, tag);
   TensorVec host = ToHost(tensors.vec());
   Host(group)->send(host, static_cast<int>(dst), static_cast<int>(tag))->wait();
   return Done();
 }
 
 WorkPtr Recv(const at::TensorList tensors, const Group& group, int64_t src, int64_t tag) {
+  if (InProcess(*group)) return DeviceRecv(*group, tensors.vec(), src, tag);
   TensorVec ts = tensors.vec(), host = HostLike(ts);
   WorkPtr w = Host(group)->recv(host, static_cast<int>(src), static_cast<int>(tag));
   w->wait();

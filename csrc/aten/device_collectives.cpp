@@ -1,6 +1,8 @@
 #include "device_collectives.h"
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -14,6 +16,7 @@
 #include "../runtime/collective_programs.h"
 #include "../runtime/collective_rendezvous.h"
 #include "../runtime/executor.h"
+#include "../runtime/p2p_rendezvous.h"
 #include "../runtime/runtime.h"
 
 namespace tpu::aten {
@@ -26,12 +29,15 @@ using runtime::CollectiveSpec;
 std::mutex timeouts_mu;
 std::map<std::string, double> group_timeouts;  // seconds, by group name: the group's own timeout
 
-// The collective's timeout when the call sets none: the group's (c10d passes "unset").
+}  // namespace
+
 double GroupTimeout(const std::string& group) {
   std::lock_guard<std::mutex> lock(timeouts_mu);
   auto it = group_timeouts.find(group);
   return it != group_timeouts.end() && it->second > 0 ? it->second : 1800;
 }
+
+namespace {
 
 // The other ranks are Python threads of this process: a rank that waits for them at the
 // rendezvous must not hold the GIL they need to get there. Nothing below the rendezvous calls
@@ -54,8 +60,8 @@ CollectiveReduce ToReduce(const c10d::ReduceOp& op) {
   TORCH_CHECK(false, "torch.distributed on tpu: this ReduceOp is not supported (sum, avg, product, min, max are)");
 }
 
-// The tensor's value as a whole 1-D device buffer of its dtype (a contiguous copy when the
-// tensor is a part or a reinterpretation of its storage).
+}  // namespace
+
 pjrt::BufferPtr Operand(const at::Tensor& t) {
   TORCH_CHECK(t.device().is_privateuseone(), "torch.distributed on tpu: expected a tpu tensor, got one on ",
               t.device());
@@ -72,8 +78,6 @@ pjrt::BufferPtr Operand(const at::Tensor& t) {
   return s->Materialize(elem);
 }
 
-// Writes a 1-D result into `out`: its storage takes the buffer when `out` is the whole of it,
-// else a device copy lands it.
 void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
   shlo::ElemType elem = ToElemType(out.scalar_type());
   runtime::TpuStorage* s = StorageOf(out);
@@ -87,6 +91,8 @@ void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
   StorageOf(fresh)->Assign(std::move(buffer), elem);
   out.copy_(fresh.view(out.sizes()));
 }
+
+namespace {
 
 // Runs one collective of `spec` with this rank's `input`; the rank's 1-D result.
 pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const at::Tensor& input,
@@ -114,6 +120,55 @@ pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const 
   }
 }
 
+// A tensor of `numel` elements holding a 1-D result buffer.
+at::Tensor FromResult(pjrt::BufferPtr buffer, int64_t numel, const at::TensorOptions& options) {
+  at::Tensor t = at::empty({numel}, options.memory_format(at::MemoryFormat::Contiguous));
+  StorageOf(t)->Assign(std::move(buffer), ToElemType(options.dtype().toScalarType()));
+  return t;
+}
+
+// Every rank's split sizes, exchanged on the host (they are host integers already): rank r's
+// row is its input splits, then its output splits, then its row length.
+std::vector<std::vector<int64_t>> ShareSplits(const c10d::ProcessGroup& group, const std::vector<int64_t>& in_splits,
+                                              const std::vector<int64_t>& out_splits, int64_t row, int device,
+                                              std::chrono::milliseconds timeout) {
+  runtime::CollectiveArrival a;
+  a.group = group.getGroupName();
+  a.rank = group.getRank();
+  a.group_size = group.getSize();
+  a.device = device;
+  a.description = "all_to_all (split sizes) over " + std::to_string(a.group_size) + " ranks";
+  a.timeout_seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : GroupTimeout(a.group);
+  a.host_values = in_splits;
+  a.host_values.insert(a.host_values.end(), out_splits.begin(), out_splits.end());
+  a.host_values.push_back(row);
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  try {
+    return runtime::ShareHostValues(a);
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+std::vector<int64_t> SplitsOrEqual(const std::vector<int64_t>& splits, int64_t rows, int n, const char* what) {
+  if (!splits.empty()) {
+    TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == n, "torch.distributed on tpu: all_to_all_single: ",
+                      splits.size(), " ", what, " split sizes for a group of ", n);
+    int64_t sum = 0;
+    for (int64_t s : splits) {
+      TORCH_CHECK_VALUE(s >= 0, "torch.distributed on tpu: all_to_all_single: a negative ", what, " split size");
+      sum += s;
+    }
+    TORCH_CHECK_VALUE(sum == rows, "torch.distributed on tpu: all_to_all_single: the ", what, " split sizes add up to ",
+                      sum, ", the ", what, " has ", rows, " rows");
+    return splits;
+  }
+  TORCH_CHECK_VALUE(rows % n == 0, "torch.distributed on tpu: all_to_all_single: the ", what, "'s ", rows,
+                    " rows do not split evenly over ", n, " ranks");
+  return std::vector<int64_t>(n, rows / n);
+}
+
 void CheckSameDtype(const at::Tensor& a, const at::Tensor& b, const char* what) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "torch.distributed on tpu: ", what,
               ": output and input dtypes differ (", a.scalar_type(), " vs ", b.scalar_type(), ")");
@@ -125,6 +180,7 @@ bool InProcess(const c10d::ProcessGroup& group) { return group.getBackendName() 
 
 void RegisterInProcessGroup(const std::string& name, double timeout_s) {
   runtime::ForgetCollectiveGroup(name);
+  runtime::ForgetTransfers(name);
   std::lock_guard<std::mutex> lock(timeouts_mu);
   group_timeouts[name] = timeout_s;
 }
@@ -240,6 +296,84 @@ void DeviceScatter(const c10d::ProcessGroup& group, const TensorVec& outputs, co
     }
     DeviceBroadcast(group, {all}, root_rank, timeout);
     out.copy_(all.narrow(0, group.getRank() * n, n).view(out.sizes()));
+  }
+}
+
+void DeviceAlltoallBase(const c10d::ProcessGroup& group, const at::Tensor& output, const at::Tensor& input,
+                        const std::vector<int64_t>& output_splits, const std::vector<int64_t>& input_splits,
+                        std::chrono::milliseconds timeout) {
+  CheckSameDtype(output, input, "all_to_all_single");
+  const int n = group.getSize();
+  const int64_t in_rows = input.dim() ? input.size(0) : 1, out_rows = output.dim() ? output.size(0) : 1;
+  const int64_t row = in_rows ? input.numel() / in_rows : 0;
+  std::vector<int64_t> in_splits = SplitsOrEqual(input_splits, in_rows, n, "input");
+  std::vector<int64_t> out_splits = SplitsOrEqual(output_splits, out_rows, n, "output");
+  TORCH_CHECK_VALUE(output.numel() == out_rows * row, "torch.distributed on tpu: all_to_all_single: the output's rows "
+                    "hold ", out_rows ? output.numel() / out_rows : 0, " elements, the input's ", row);
+  c10::DeviceGuard guard(input.device());
+  if (input_splits.empty() && output_splits.empty()) {  // equal parts on every rank: one all_to_all
+    TORCH_CHECK_VALUE(output.numel() == input.numel(), "torch.distributed on tpu: all_to_all_single: output and "
+                      "input sizes differ (", output.numel(), " vs ", input.numel(), " elements)");
+    pjrt::BufferPtr r = Run(group, CollectiveSpec{CollectiveKind::kAllToAll}, input, timeout);
+    if (r) WriteResult(output, r);
+    return;
+  }
+  // Uneven parts. One replicated program needs the same operand shape on every rank, so each
+  // rank pads each of its parts to the largest part sent anywhere in the group, the padded
+  // parts cross in one stablehlo.all_to_all, and each rank slices its parts out on the device.
+  // That moves group_size x largest rows per rank (an all_gather formulation would move every
+  // rank's whole input to every rank). The largest part needs the others' split sizes: host
+  // integers already, so they are exchanged on the host, with no device round trip.
+  auto all = ShareSplits(group, in_splits, out_splits, row, input.device().index(), timeout);
+  int64_t largest = 0;
+  for (int s = 0; s < n; ++s) {
+    TORCH_CHECK_VALUE(all[s][2 * n] == row, "torch.distributed on tpu: all_to_all_single: rank ", s, "'s rows hold ",
+                      all[s][2 * n], " elements, rank ", group.getRank(), "'s ", row);
+    for (int d = 0; d < n; ++d) {
+      TORCH_CHECK_VALUE(all[s][d] == all[d][n + s], "torch.distributed on tpu: all_to_all_single: rank ", s,
+                        " sends ", all[s][d], " rows to rank ", d, ", which expects ", all[d][n + s], " from it");
+      largest = std::max(largest, all[s][d]);
+    }
+  }
+  if (largest == 0 || row == 0) return;
+  at::Tensor rows = input.reshape({in_rows, row});
+  TensorVec padded;
+  int64_t at_row = 0;
+  for (int64_t s : in_splits) {
+    padded.push_back(at::constant_pad_nd(rows.narrow(0, at_row, s), {0, 0, 0, largest - s}).reshape({-1}));
+    at_row += s;
+  }
+  at::Tensor send = at::cat(padded);
+  pjrt::BufferPtr r = Run(group, CollectiveSpec{CollectiveKind::kAllToAll}, send, timeout);
+  if (!r) return;
+  at::Tensor got = FromResult(r, send.numel(), send.options()).view({n, largest, row});
+  TensorVec parts;
+  for (int j = 0; j < n; ++j) parts.push_back(got[j].narrow(0, 0, out_splits[j]));
+  output.copy_(at::cat(parts).view(output.sizes()));
+}
+
+void DeviceAlltoall(const c10d::ProcessGroup& group, const TensorVec& outputs, const TensorVec& inputs,
+                    std::chrono::milliseconds timeout) {
+  const int n = group.getSize();
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+                    "torch.distributed on tpu: all_to_all: ", inputs.size(), " inputs and ", outputs.size(),
+                    " outputs for a group of ", n);
+  std::vector<int64_t> in_splits, out_splits;
+  TensorVec flat;
+  for (const at::Tensor& t : inputs) {
+    CheckSameDtype(outputs[0], t, "all_to_all");
+    in_splits.push_back(t.numel());
+    flat.push_back(t.to(outputs[0].device()).reshape({-1}));
+  }
+  for (const at::Tensor& t : outputs) out_splits.push_back(t.numel());
+  c10::DeviceGuard guard(outputs[0].device());
+  at::Tensor send = at::cat(flat);
+  at::Tensor received = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, send.options());
+  DeviceAlltoallBase(group, received, send, out_splits, in_splits, timeout);
+  int64_t at_elem = 0;
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    outputs[j].copy_(received.narrow(0, at_elem, out_splits[j]).view(outputs[j].sizes()));
+    at_elem += out_splits[j];
   }
 }
 

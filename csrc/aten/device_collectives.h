@@ -5,11 +5,15 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
+
+#include "../pjrt/pjrt.h"
 
 namespace tpu::aten {
 
@@ -45,6 +49,30 @@ void DeviceGather(const c10d::ProcessGroup& group, const std::vector<TensorVec>&
                   int64_t root_rank, std::chrono::milliseconds timeout);
 void DeviceScatter(const c10d::ProcessGroup& group, const TensorVec& outputs, const std::vector<TensorVec>& inputs,
                    int64_t root_rank, std::chrono::milliseconds timeout);
+// all_to_all_single: dim 0 of `input` in `input_splits` rows (equal parts when empty) goes to
+// the ranks in order; `output` receives each rank's part in rank order (`output_splits`).
+void DeviceAlltoallBase(const c10d::ProcessGroup& group, const at::Tensor& output, const at::Tensor& input,
+                        const std::vector<int64_t>& output_splits, const std::vector<int64_t>& input_splits,
+                        std::chrono::milliseconds timeout);
+// all_to_all: inputs[j] goes to rank j, outputs[j] comes from rank j.
+void DeviceAlltoall(const c10d::ProcessGroup& group, const TensorVec& outputs, const TensorVec& inputs,
+                    std::chrono::milliseconds timeout);
+// send/recv (and isend/irecv, batch_isend_irecv), in device_p2p.cpp: posted at once, the
+// work's wait() waits for the partner rank and, on the recv side, writes the received value.
+c10::intrusive_ptr<c10d::Work> DeviceSend(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t dst,
+                                          int64_t tag);
+c10::intrusive_ptr<c10d::Work> DeviceRecv(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t src,
+                                          int64_t tag);
+// Shared with device_p2p.cpp. The group's timeout in seconds (for a call that sets none:
+// c10d passes "unset").
+double GroupTimeout(const std::string& group);
+// The tensor's value as a whole 1-D device buffer of its dtype (a contiguous copy when the
+// tensor is a part or a reinterpretation of its storage).
+pjrt::BufferPtr Operand(const at::Tensor& t);
+// Writes a 1-D result into `out`: its storage takes the buffer when `out` is the whole of it,
+// else a device copy lands it.
+void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer);
+
 // Also called from Python (an in-process group's barrier, which c10d would run on a CPU tensor).
 void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s);
 

@@ -12,6 +12,8 @@ const char* KindName(CollectiveKind k) {
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kSendRecv: return "send/recv";
   }
   return "?";
 }
@@ -74,8 +76,8 @@ std::string CollectiveModule(const CollectiveSpec& s) {
   if (s.reduce == CollectiveReduce::kAvg && !shlo::IsFloat(s.elem))
     throw std::invalid_argument("collective: ReduceOp.AVG needs a floating-point tensor, got " +
                                 std::string(shlo::MlirName(s.elem)));
-  if (s.kind == CollectiveKind::kReduceScatter && s.numel % n != 0)
-    throw std::invalid_argument("reduce_scatter: the input's " + std::to_string(s.numel) +
+  if ((s.kind == CollectiveKind::kReduceScatter || s.kind == CollectiveKind::kAllToAll) && s.numel % n != 0)
+    throw std::invalid_argument(std::string(KindName(s.kind)) + ": the input's " + std::to_string(s.numel) +
                                 " elements do not split evenly over " + std::to_string(n) + " ranks");
   const std::string in = Tensor(s.numel, s.elem);
   std::string out = in;
@@ -111,6 +113,16 @@ std::string CollectiveModule(const CollectiveSpec& s) {
            << ") -> " << in << "\n";
       break;
     }
+    case CollectiveKind::kAllToAll:
+      body << "    %r = \"stablehlo.all_to_all\"(%x) {split_dimension = 0 : i64, concat_dimension = 0 : i64, "
+           << "split_count = " << n << " : i64, " << ReplicaGroups(n) << "} : (" << in << ") -> " << in << "\n";
+      break;
+    case CollectiveKind::kSendRecv:
+      // No channel handle: the permute is between replicas (one device each), not partitions.
+      if (n != 2) throw std::invalid_argument("send/recv: a program of 2 replicas, not " + std::to_string(n));
+      body << "    %r = \"stablehlo.collective_permute\"(%x) {source_target_pairs = dense<[[0, 1]]> : tensor<1x2xi64>} : ("
+           << in << ") -> " << in << "\n";
+      break;
   }
   const char* result = s.reduce == CollectiveReduce::kAvg ? "%y" : "%r";
   std::ostringstream m;

@@ -11,7 +11,10 @@
 
 namespace tpu::runtime {
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast };
+// kAllToAll: each rank's operand is group_size equal chunks, chunk j goes to rank j, which
+// keeps them in rank order. kSendRecv: two replicas, the first's operand lands on the second
+// (collective_permute; the sender's own result is zeros).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll, kSendRecv };
 enum class CollectiveReduce { kSum, kAvg, kProduct, kMin, kMax, kNone };
 
 struct CollectiveSpec {

@@ -26,6 +26,7 @@ struct Slot {
   bool done = false;
   std::string error;
   std::vector<pjrt::BufferPtr> results;
+  std::vector<std::vector<int64_t>> host_values;  // every rank's, once done
 };
 
 struct Group {
@@ -62,8 +63,29 @@ std::string Mismatch(const Slot& slot, int64_t k) {
   return "";
 }
 
-pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector<int64_t>& device_ids,
-                               const std::string& description) {
+// Runs the program over every rank's device (called by the last rank to arrive, unlocked).
+std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
+  const CollectiveArrival& first = *slot.arrivals[0];
+  size_t n = slot.arrivals.size();
+  if (first.module_text.empty()) return std::vector<pjrt::BufferPtr>(n);
+  Runtime& rt = Runtime::Get();
+  std::vector<int64_t> ids;
+  std::vector<std::vector<PJRT_Buffer*>> args;
+  for (const auto& a : slot.arrivals) {
+    ids.push_back(rt.client().device_id(a->device));
+    args.push_back({a->operand->raw()});
+  }
+  std::vector<std::vector<pjrt::BufferPtr>> outputs = CollectiveExecutable(first.module_text, ids, first.description)->ExecuteReplicated(args);
+  GetMetrics().executions++;
+  std::vector<pjrt::BufferPtr> results;
+  for (auto& o : outputs) results.push_back(o.at(0));
+  return results;
+}
+
+}  // namespace
+
+pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const std::vector<int64_t>& device_ids,
+                                         const std::string& description) {
   std::string key;
   for (int64_t id : device_ids) key += std::to_string(id) + ",";
   key += "\n" + module_text;
@@ -79,28 +101,11 @@ pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector
   return exe;
 }
 
-// Runs the program over every rank's device (called by the last rank to arrive, unlocked).
-std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
-  const CollectiveArrival& first = *slot.arrivals[0];
-  size_t n = slot.arrivals.size();
-  if (first.module_text.empty()) return std::vector<pjrt::BufferPtr>(n);
-  Runtime& rt = Runtime::Get();
-  std::vector<int64_t> ids;
-  std::vector<std::vector<PJRT_Buffer*>> args;
-  for (const auto& a : slot.arrivals) {
-    ids.push_back(rt.client().device_id(a->device));
-    args.push_back({a->operand->raw()});
-  }
-  std::vector<std::vector<pjrt::BufferPtr>> outputs = Executable(first.module_text, ids, first.description)->ExecuteReplicated(args);
-  GetMetrics().executions++;
-  std::vector<pjrt::BufferPtr> results;
-  for (auto& o : outputs) results.push_back(o.at(0));
-  return results;
-}
+namespace {
 
-}  // namespace
-
-pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
+// Waits for every rank of the group at its next collective; the last to arrive runs the
+// program. Returns the finished slot (its error set on divergence, failure or timeout).
+std::shared_ptr<Slot> Meet(const CollectiveArrival& arrival) {
   if (arrival.rank < 0 || arrival.rank >= arrival.group_size)
     throw std::invalid_argument("collective: rank " + std::to_string(arrival.rank) + " outside a group of " +
                                 std::to_string(arrival.group_size));
@@ -117,12 +122,9 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
     entry->arrivals.resize(arrival.group_size);
   }
   std::shared_ptr<Slot> slot = entry;
-  auto finish = [&]() -> pjrt::BufferPtr {  // lock held, slot done
-    pjrt::BufferPtr mine = slot->error.empty() ? slot->results[arrival.rank] : nullptr;
-    std::string error = slot->error;
+  auto finish = [&]() {  // lock held, slot done
     if (++slot->taken == arrival.group_size) groups[arrival.group].slots.erase(k);
-    if (!error.empty()) throw std::runtime_error(error);
-    return mine;
+    return slot;
   };
   if (slot->done) return finish();  // timed out before this rank came
   slot->arrivals[arrival.rank] = arrival;
@@ -140,10 +142,13 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
     }
     slot->error = error;
     slot->results = std::move(results);
-    for (auto& a : slot->arrivals) a->operand.reset();
+    for (auto& a : slot->arrivals) {
+      slot->host_values.push_back(a->host_values);
+      a->operand.reset();
+    }
     slot->done = true;
     arrived_cv.notify_all();
-    GetMetrics().collectives_on_device++;
+    if (!arrival.module_text.empty() || arrival.host_values.empty()) GetMetrics().collectives_on_device++;
     return finish();
   }
   auto deadline = std::chrono::steady_clock::now() +
@@ -167,6 +172,20 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
     }
   }
   return finish();
+}
+
+}  // namespace
+
+pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
+  std::shared_ptr<Slot> slot = Meet(arrival);
+  if (!slot->error.empty()) throw std::runtime_error(slot->error);
+  return slot->results.empty() ? nullptr : slot->results[arrival.rank];
+}
+
+std::vector<std::vector<int64_t>> ShareHostValues(const CollectiveArrival& arrival) {
+  std::shared_ptr<Slot> slot = Meet(arrival);
+  if (!slot->error.empty()) throw std::runtime_error(slot->error);
+  return slot->host_values;
 }
 
 void ForgetCollectiveGroup(const std::string& group) {

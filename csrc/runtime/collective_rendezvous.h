@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../pjrt/pjrt.h"
 #include "collective_programs.h"
@@ -21,12 +22,20 @@ struct CollectiveArrival {
   std::string description;  // what all ranks must agree on (CollectiveSpec::Describe, "barrier")
   std::string module_text;  // empty: a barrier (no program runs)
   pjrt::BufferPtr operand;  // 1-D, on `device`; null for a barrier
+  std::vector<int64_t> host_values;  // what ShareHostValues hands every rank
   double timeout_seconds = 1800;
 };
 
 // Blocks until every rank of the group has arrived at its next collective, then returns this
 // rank's result (null for a barrier). Throws std::runtime_error on divergence or timeout.
 pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival);
+// A meeting with no program: every rank's `host_values`, in rank order (an uneven all_to_all's
+// split sizes). Not counted as a collective on the devices. Throws as RunCollective does.
+std::vector<std::vector<int64_t>> ShareHostValues(const CollectiveArrival& arrival);
+// The program of `module_text` compiled for `device_ids` (one replica each), cached; also
+// compiled for the TPU target when one is asked for, logged as "collective <description>".
+pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const std::vector<int64_t>& device_ids,
+                                         const std::string& description);
 // Forgets the collectives counted for `group` (a new group of the same name starts at #0).
 void ForgetCollectiveGroup(const std::string& group);
 
