@@ -3,8 +3,10 @@
 torch_tpu.tpu_target (TORCH_TPU_ALSO_COMPILE_FOR), has libtpu compile each of them for v5e and v6e
 without a TPU; every row of tpu_target.report() must say compiled. Covered: the OpInfo entries
 named after a lowered op (first sample, float32, plus the dtypes with known TPU problems), a
-compiled Llama and Mixtral train step, a Diffusers UNet and DiT step, and _grouped_mm. The ops
-libtpu cannot take raise at the op instead (README, "TPU refusals"). Skipped without libtpu.
+compiled Llama and Mixtral train step, a Diffusers UNet and DiT step, _grouped_mm, and custom
+kernels in their TPU form (a Pallas kernel and Tokamax's Mosaic ragged dot as tpu_custom_calls, in
+both passes). The ops libtpu cannot take raise at the op instead (README, "TPU refusals"). Skipped
+without libtpu.
 
 CI budget (each half takes about 3 minutes on 2 cores): the OpInfo programs are the same in both
 passes of `make test` (the child runs them in strict mode, one program per op), so they are
