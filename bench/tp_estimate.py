@@ -125,7 +125,8 @@ def jax_programs(topology, cfg, batch=BATCH, prompt=PROMPT):
     mesh = Mesh(np.array(devices), ("tp",))
     shapes = param_shapes(cfg)
     specs = tp_param_specs(shapes)
-    params = {n: jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, specs[n])) for n, s in shapes.items()}
+    params = {n: jax.ShapeDtypeStruct(s, jnp.float32, sharding=NamedSharding(mesh, specs[n]))
+              for n, s in shapes.items()}
     d = cfg["hidden_size"] // cfg["num_attention_heads"]
     layers = cfg["num_hidden_layers"]
     cache_spec = P(None, "tp", None, None)
@@ -303,7 +304,8 @@ def main():
         for side in ["jax"] + a.modes.split(","):
             t = results[side][step]
             print(f"{step:<8} {side:<9} {t['programs']:>6.0f} {t['gflop']:8.3f} {t['hbm_mb']:9.2f} {t['ms']:9.4f} "
-                  f"{t['unmod']:>5.0f} {t['collectives']:>5.0f} {t['coll_mb']:8.3f} {_ratio(t['hbm_mb'], j['hbm_mb']):8.2f} "
+                  f"{t['unmod']:>5.0f} {t['collectives']:>5.0f} {t['coll_mb']:8.3f} "
+                  f"{_ratio(t['hbm_mb'], j['hbm_mb']):8.2f} "
                   f"{_ratio(t['ms'], j['ms']):7.2f} {_ratio(t['coll_mb'], j['coll_mb']):8.2f}"
                   + (f"  ({t['errors']} errors: {t['error_text'][:2]})" if t["errors"] else ""), flush=True)
     if a.json:
