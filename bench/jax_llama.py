@@ -81,3 +81,63 @@ def llama_train_step(params, state, ids, cfg, lr):
     loss, grads = jax.value_and_grad(llama_loss)(params, ids, cfg)
     params, state = adamw(params, grads, state, lr)
     return params, state, loss
+
+
+# ---- tensor parallelism (bench/tp_estimate.py) -------------------------------------------------------
+# The Megatron split DTensor's plan in bench/tp_decode.py makes: q/k/v/gate/up column-parallel (each
+# chip holds a slice of the output features, so of the heads), o/down row-parallel (a slice of the
+# input features, summed over the chips by one all-reduce each), the embedding, norms and lm_head
+# replicated. Written with shard_map, so each chip's program and its collectives are explicit.
+
+COLWISE = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+ROWWISE = ("self_attn.o_proj", "mlp.down_proj")
+
+
+def tp_param_specs(names, axis="tp"):
+    """PartitionSpec of each parameter (torch Linear weights are [out, in])."""
+    from jax.sharding import PartitionSpec as P
+    specs = {}
+    for n in names:
+        if any(f".{m}.weight" in n for m in COLWISE):
+            specs[n] = P(axis, None)
+        elif any(f".{m}.weight" in n for m in ROWWISE):
+            specs[n] = P(None, axis)
+        else:
+            specs[n] = P()
+    return specs
+
+
+def llama_tp_step(p, ids, caches, start, cfg, axis="tp"):
+    """One chip's part of LlamaForCausalLM's forward over `ids` [b, s] at positions start.. with a KV
+    cache of `start` positions (`caches`: per layer (k, v) [b, local kv heads, start, d], or None):
+    (logits [b, s, vocab], the greedy next token [b], the caches with the new positions). Runs inside
+    shard_map over `axis`: the weights are this chip's slices."""
+    h_dim, n_heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads") or n_heads
+    eps, theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    d = h_dim // n_heads
+    b, s = ids.shape
+    pos = start + jnp.arange(s)
+    x = p["model.embed_tokens.weight"][ids]
+    new_caches = []
+    for i in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{i}."
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        q = (h @ p[pre + "self_attn.q_proj.weight"].T).reshape(b, s, -1, d).transpose(0, 2, 1, 3)
+        k = (h @ p[pre + "self_attn.k_proj.weight"].T).reshape(b, s, -1, d).transpose(0, 2, 1, 3)
+        v = (h @ p[pre + "self_attn.v_proj.weight"].T).reshape(b, s, -1, d).transpose(0, 2, 1, 3)
+        q, k = rope(q, pos, d, theta), rope(k, pos, d, theta)
+        if caches is not None:
+            k, v = jnp.concatenate([caches[i][0], k], 2), jnp.concatenate([caches[i][1], v], 2)
+        new_caches.append((k, v))
+        group = n_heads // n_kv
+        kr, vr = jnp.repeat(k, group, 1), jnp.repeat(v, group, 1)
+        mask = jnp.arange(k.shape[2])[None, :] <= pos[:, None]
+        scores = jnp.where(mask, q @ kr.transpose(0, 1, 3, 2) / np.sqrt(d), -jnp.inf)
+        attn = (jax.nn.softmax(scores, -1) @ vr).transpose(0, 2, 1, 3).reshape(b, s, -1)
+        x = x + jax.lax.psum(attn @ p[pre + "self_attn.o_proj.weight"].T, axis)
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        gate, up = h @ p[pre + "mlp.gate_proj.weight"].T, h @ p[pre + "mlp.up_proj.weight"].T
+        x = x + jax.lax.psum((jax.nn.silu(gate) * up) @ p[pre + "mlp.down_proj.weight"].T, axis)
+    logits = rms_norm(x, p["model.norm.weight"], eps) @ p["lm_head.weight"].T
+    return logits, jnp.argmax(logits[:, -1], -1), new_caches

@@ -449,15 +449,41 @@ def test_int64_needs_jax_x64():
 
 
 def test_pallas_without_interpret_on_cpu():
+    """A Pallas kernel written for TPU (no interpret=True) runs interpreted on the CPU plugin: its
+    module there is plain StableHLO, no Mosaic custom call."""
     if torch_tpu.platform() != "cpu":
-        pytest.skip("the CPU plugin is the one that refuses compiled Pallas kernels")
+        pytest.skip("the CPU plugin is the one that interprets Pallas kernels")
 
     def compiled_softmax(x):
         return pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
     k = kernels.from_jax(compiled_softmax, name="test_compiled_softmax")
-    with pytest.raises(kernels.KernelError, match=r"torch_tpu::test_compiled_softmax.*runs on cpu.*interpret=True"):
-        k(torch.randn(8, 128, device="tpu"))
+    x = torch.randn(8, 128)
+    torch.testing.assert_close(k(x.to("tpu")).cpu(), torch.softmax(x, -1))
+    (module,) = k._exported.values()
+    assert module.custom_calls == []
+
+
+def test_tpu_form_is_mosaic():
+    """A program compiled for a TPU topology (torch_tpu.tpu_target) calls a JAX kernel's TPU form: the
+    same entry symbol, with the Mosaic custom call in place of the interpreted kernel."""
+    if torch_tpu.platform() == "tpu":
+        pytest.skip("on TPU the form that runs is the TPU form")
+
+    def compiled_softmax(x):
+        return pl.pallas_call(_softmax_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    k = kernels.from_jax(compiled_softmax, name="test_tpu_form_softmax")
+    k(torch.randn(8, 128, device="tpu")).cpu()
+    (module,) = k._exported.values()
+    program = "module {\n" + module.functions + "}\n"
+    text, replaced, errors = kernels.tpu_form(program, "v5e:1x1")
+    assert not errors and replaced == [k.op_name]
+    assert "tpu_custom_call" in text and "tpu_custom_call" not in program
+    assert f"func.func private @{module.entry}(" in text
+    assert kernels.tpu_form(program, "v5e:2x2")[0] == text  # one chip kind, one form
+    _, replaced, errors = kernels.tpu_form(program, "v9z:1x1")
+    assert not replaced and "no JAX device kind known for TPU chip 'v9z'" in errors[0]
 
 
 def test_foreign_custom_call_refused():

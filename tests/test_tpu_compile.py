@@ -3,8 +3,10 @@
 torch_tpu.tpu_target (TORCH_TPU_ALSO_COMPILE_FOR), has libtpu compile each of them for v5e and v6e
 without a TPU; every row of tpu_target.report() must say compiled. Covered: the OpInfo entries
 named after a lowered op (first sample, float32, plus the dtypes with known TPU problems), a
-compiled Llama and Mixtral train step, a Diffusers UNet and DiT step, and _grouped_mm. The ops
-libtpu cannot take raise at the op instead (README, "TPU refusals"). Skipped without libtpu.
+compiled Llama and Mixtral train step, a Diffusers UNet and DiT step, _grouped_mm, and custom
+kernels in their TPU form (a Pallas kernel and Tokamax's Mosaic ragged dot as tpu_custom_calls, in
+both passes). The ops libtpu cannot take raise at the op instead (README, "TPU refusals"). Skipped
+without libtpu.
 
 CI budget (each half takes about 3 minutes on 2 cores): the OpInfo programs are the same in both
 passes of `make test` (the child runs them in strict mode, one program per op), so they are
@@ -158,3 +160,67 @@ print("ok")
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr[-3000:]
     line = [x for x in r.stdout.splitlines() if x.startswith("TPU-REPORT ")][-1]
     assert not json.loads(line[len("TPU-REPORT "):])["failed"], line
+
+
+# A Pallas kernel and a Tokamax one through torch_tpu.kernels: each runs here (the Pallas kernel
+# interpreted, the Tokamax op's XLA implementation), and the program compiled for each topology
+# calls its TPU form, a Mosaic tpu_custom_call. Tokamax's Mosaic ragged dot is called below its op
+# (tokamax.ragged_dot(implementation="mosaic") checks the device it runs on, a CPU here), and only
+# as tpu_fn: its pipeline asks for the TPU chip while tracing, even interpreted.
+KERNELS = r"""
+import json, warnings
+warnings.filterwarnings("ignore")
+import torch, torch_tpu
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+import tokamax
+from tokamax._src.ops.ragged_dot import pallas_mosaic_tpu_kernel as tokamax_mosaic
+from torch_tpu import kernels, tpu_target
+
+def matmul_block(a_ref, b_ref, o_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+        o_ref[...] = jnp.zeros_like(o_ref)
+    o_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+def blocked_matmul(a, b):
+    (m, k), n = a.shape, b.shape[1]
+    return pl.pallas_call(
+        matmul_block, out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(m // 128, n // 128, k // 128),
+        in_specs=[pl.BlockSpec((128, 128), lambda i, j, l: (i, l)), pl.BlockSpec((128, 128), lambda i, j, l: (l, j))],
+        out_specs=pl.BlockSpec((128, 128), lambda i, j, l: (i, j)))(a, b)
+
+def ragged_dot(lhs, rhs, group_sizes):
+    return tokamax.ragged_dot(lhs, rhs, group_sizes, implementation="xla")
+
+def ragged_dot_mosaic(lhs, rhs, group_sizes):
+    return tokamax_mosaic.gmm(lhs, rhs, group_sizes, precision=jax.lax.Precision.HIGHEST, out_dtype=jnp.float32)
+
+matmul = kernels.from_jax(blocked_matmul, name="pallas_blocked_matmul")
+ragged = kernels.from_jax(ragged_dot, name="tokamax_ragged_dot", tpu_fn=ragged_dot_mosaic)
+a, b = torch.randn(256, 384), torch.randn(384, 128)
+torch.testing.assert_close(matmul(a.to("tpu"), b.to("tpu")).cpu(), a @ b, atol=1e-4, rtol=1e-4)  # summed in 3 blocks
+lhs, rhs, sizes = torch.randn(256, 128), torch.randn(4, 128, 128), torch.tensor([64, 0, 100, 92], dtype=torch.int32)
+ends = sizes.cumsum(0).tolist()
+want = torch.cat([lhs[e - s:e] @ rhs[g] for g, (s, e) in enumerate(zip(sizes.tolist(), ends))])
+torch.testing.assert_close(ragged(lhs.to("tpu"), rhs.to("tpu"), sizes.to("tpu")).cpu(), want, atol=1e-4, rtol=1e-4)
+rows = [{"name": r["name"], "topology": r["topology"], "ok": r["ok"], "error": r["error"][-600:],
+         "tpu_kernels": r["tpu_kernels"], "mosaic_calls": r["module_text"].count("tpu_custom_call"),
+         "compile_s": r["compile_s"], "modelled_ms": r["modelled_ms"]}
+        for r in tpu_target.report(wait=True) if r["tpu_kernels"] or "func.func private @k_" in r["module_text"]]
+print("KERNEL-ROWS " + json.dumps(rows))
+"""
+
+
+def test_pallas_and_tokamax_kernels_compile_for_tpu_as_mosaic():
+    r = run_python(KERNELS, env={"TORCH_TPU_ALSO_COMPILE_FOR": TOPOLOGIES, "TORCH_TPU_QUIET": "1"}, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    rows = json.loads([x for x in r.stdout.splitlines() if x.startswith("KERNEL-ROWS ")][-1][len("KERNEL-ROWS "):])
+    for op in ("torch_tpu::pallas_blocked_matmul", "torch_tpu::tokamax_ragged_dot"):
+        for topology in TOPOLOGIES.split(","):
+            mine = [row for row in rows if op in row["tpu_kernels"] and row["topology"] == topology]
+            assert mine, f"no program calling {op}'s TPU form was compiled for {topology}: {rows}"
+            assert all(row["ok"] and row["mosaic_calls"] >= 1 for row in mine), mine
+    # Rows of programs calling a kernel whose run form is its TPU form too (none here) would carry no
+    # tpu_kernels; every kernel program here had its Mosaic form put in.
+    assert all(row["tpu_kernels"] for row in rows), rows

@@ -69,6 +69,21 @@ def test_strict_op_reported():
     assert mm and mm[0]["ok"] and mm[0]["flops"] >= 2 * M * K * N
 
 
+def test_runs_count_each_program():
+    """runs() counts each reported program's executions: one step's figures weigh a program that runs
+    twice (two layers of one shape) twice."""
+    x = torch.randn(19, 7)
+
+    def run():
+        with torch_tpu.eager_mode("strict"):
+            return ((x.to("tpu") * 5) * 5).cpu()
+    got, rows = _new_rows(run)
+    torch.testing.assert_close(got, x * 25)
+    mul = [r for r in rows if r["name"].startswith("aten::mul")]
+    assert len(mul) == 1, [r["name"] for r in rows]
+    assert tpu_target.runs()[mul[0]["program_id"]] == 2
+
+
 def test_fused_graph_reported():
     a, b = torch.randn(M + 1, K), torch.randn(K, N)
 

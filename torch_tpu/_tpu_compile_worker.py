@@ -10,6 +10,7 @@ import importlib.util
 import os
 import pickle
 import sys
+import time
 
 
 def main():
@@ -31,7 +32,9 @@ def main():
         try:
             if topology not in compilers:
                 compilers[topology] = module.TopologyCompiler(plugin_path, topology)
+            start = time.perf_counter()
             answer = compilers[topology].compile(text, num_replicas, num_partitions)
+            answer["compile_seconds"] = time.perf_counter() - start
         except Exception as e:  # a topology libtpu does not know, a plugin that cannot load
             answer = {"compiled": False, "error": str(e), "setup_error": True}
         pickle.dump(answer, answers)

@@ -7,7 +7,9 @@ libtpu for that topology, and :func:`report` gives one row per program: whether 
 compiler's error), the cost model's FLOPs, HBM bytes and time, memory and relayout copies. These are
 the compiler's estimates, not measurements. The programs compiled are the ones this process builds for
 its own platform; on a non-TPU platform set TORCH_TPU_TPU_LOWERINGS=1 as well to build (and run) the
-variants a TPU would build (README, "TPU refusals").
+variants a TPU would build (README, "TPU refusals"). A JAX kernel (torch_tpu.kernels.from_jax) is the
+exception: the program compiled for the topology calls the kernel exported for TPU, so a Pallas kernel
+that runs interpreted on the CPU plugin is compiled as its Mosaic ``tpu_custom_call``.
 
 libtpu aborts the whole process on some programs (a convert from f32 to complex<f64>), so it runs in a
 worker process (torch_tpu/_tpu_compile_worker.py) that is restarted after a crash, and the program is
@@ -146,6 +148,7 @@ def _row(name, topology, answer):
         "temp_mb": answer["temp_bytes"] / mb if ok and answer.get("temp_bytes", -1) >= 0 else None,
         "code_mb": answer["generated_code_bytes"] / mb if ok and answer.get("generated_code_bytes", -1) >= 0 else None,
         "copies": count_copies(hlo) if ok else None,
+        "compile_s": answer.get("compile_seconds"),
         "optimized_hlo": hlo,
     }
 
@@ -153,7 +156,8 @@ def _row(name, topology, answer):
 def compile_module(text, topology, num_partitions=None, num_replicas=None, name="module"):
     """Compiles one StableHLO module text for ``topology`` ("v5e:2x2") in the worker and returns its row
     (a dict: name, topology, ok, error, flops, gflop, bytes_accessed, hbm_mb, optimal_seconds,
-    modelled_ms, unmodelled, argument_mb, output_mb, temp_mb, code_mb, copies, optimized_hlo).
+    modelled_ms, unmodelled, argument_mb, output_mb, temp_mb, code_mb, copies, compile_s: libtpu's
+    compile time in seconds, optimized_hlo).
     The replica and partition counts default to the module's mhlo.num_replicas / mhlo.num_partitions.
     A compiler error or abort is in the row (ok False), never raised; a missing libtpu or an unknown
     topology raises TpuTargetError."""
@@ -187,20 +191,34 @@ def _dump_beside(dump_path, topology, hlo):
 _compiled = {}  # (topology, module text) -> its row: a program built twice is compiled once
 
 
+def _kernels_tpu_form(text, topology):
+    """The program with its JAX kernels in their TPU form (torch_tpu.kernels.tpu_form): (text, the
+    kernels' op names replaced, errors). Kernels exist only once torch_tpu.kernels is imported."""
+    kernels = sys.modules.get("torch_tpu.kernels")
+    if kernels is None:
+        return text, [], []
+    return kernels.tpu_form(text, topology)
+
+
 def _process(programs):
     with _state_lock:
         topologies = list(_topologies)
-    for name, text, dump_path, from_disk in programs:
+    for name, run_text, dump_path, from_disk, program_id in programs:
         for topology in topologies:
+            text, tpu_kernels, kernel_errors = _kernels_tpu_form(run_text, topology)
             known = _compiled.get((topology, text))
             if known is not None:
                 row = dict(known, name=name)
+            elif kernel_errors:
+                row = _row(name, topology, {"compiled": False, "error": "; ".join(kernel_errors)})
             else:
                 try:
                     row = compile_module(text, topology, name=name)
                     _compiled[(topology, text)] = row
                 except TpuTargetError as e:
                     row = _row(name, topology, {"compiled": False, "error": str(e)})
+            row["tpu_kernels"] = tpu_kernels
+            row["program_id"] = program_id
             row["from_disk"] = from_disk
             row["dump_path"] = dump_path
             row["module_text"] = text
@@ -269,15 +287,23 @@ def disable():
         _topologies.clear()
 
 
+def runs():
+    """{program_id of a row: how often this process ran that program while logging was on}: to
+    weigh each program by how often one step runs it (runs() after the step minus runs() before)."""
+    from . import _C
+    return dict(_C._tpu_target_runs())
+
+
 def topologies():
     with _state_lock:
         return list(_topologies)
 
 
 def report(wait=True, clear=False):
-    """The rows so far (list of dicts, see compile_module, plus from_disk, dump_path and module_text,
-    the StableHLO compiled). ``wait``: first
-    compiles every program still queued."""
+    """The rows so far (list of dicts, see compile_module, plus program_id (see runs()), from_disk,
+    dump_path, module_text: the StableHLO compiled, and tpu_kernels: the custom kernels whose TPU
+    form it calls in place of the form that runs here, e.g. a Pallas kernel's Mosaic
+    tpu_custom_call). ``wait``: first compiles every program still queued."""
     if wait and topologies():
         from . import _C
         with _work_lock:

@@ -198,9 +198,10 @@ PYBIND11_MODULE(_C, m) {
       taken = runtime::TakeTpuTargetPrograms(wait_s);
     }
     py::list out;
-    for (const auto& p : taken) out.append(py::make_tuple(p.name, p.module_text, p.dump_path, p.from_disk));
+    for (const auto& p : taken) out.append(py::make_tuple(p.name, p.module_text, p.dump_path, p.from_disk, p.id));
     return out;
   });
+  m.def("_tpu_target_runs", &runtime::TpuTargetRuns);
   m.def("_set_eager_mode", [](const std::string& mode) {
     if (mode == "debug") aten::SetEagerMode(aten::EagerMode::kDebug);
     else if (mode == "strict") aten::SetEagerMode(aten::EagerMode::kStrict);

@@ -75,7 +75,9 @@ std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
     ids.push_back(rt.client().device_id(a->device));
     args.push_back({a->operand->raw()});
   }
-  std::vector<std::vector<pjrt::BufferPtr>> outputs = CollectiveExecutable(first.module_text, ids, first.description)->ExecuteReplicated(args);
+  pjrt::ExecutablePtr exe = CollectiveExecutable(first.module_text, ids, first.description);
+  std::vector<std::vector<pjrt::BufferPtr>> outputs = exe->ExecuteReplicated(args);
+  CountTpuTargetRun(exe.get());
   GetMetrics().executions++;
   std::vector<pjrt::BufferPtr> results;
   for (auto& o : outputs) results.push_back(o.at(0));
@@ -96,7 +98,7 @@ pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const s
   pjrt::ExecutablePtr exe = rt.client().Compile(module_text, pjrt::ReplicatedCompileOptions(device_ids));
   GetMetrics().programs_compiled++;
   // Also compiled for a TPU topology (its mhlo.num_replicas chips) when one is asked for.
-  LogForTpuTarget("collective " + description, module_text, "", /*from_disk=*/false);
+  TrackTpuTargetRuns(exe.get(), LogForTpuTarget("collective " + description, module_text, "", /*from_disk=*/false));
   executables.emplace(key, exe);
   return exe;
 }

@@ -12,6 +12,7 @@
 #include "collective_rendezvous.h"
 #include "metrics.h"
 #include "runtime.h"
+#include "tpu_target.h"
 
 namespace tpu::runtime {
 
@@ -58,8 +59,9 @@ pjrt::BufferPtr Run(const P2PArrival& send, const P2PArrival& recv) {
   Runtime& rt = Runtime::Get();
   std::vector<int64_t> ids = {rt.client().device_id(send.device), rt.client().device_id(recv.device)};
   std::string what = "send/recv " + send.description;
-  auto outputs = CollectiveExecutable(send.module_text, ids, what)
-                     ->ExecuteReplicated({{send.operand->raw()}, {recv.operand->raw()}});
+  pjrt::ExecutablePtr exe = CollectiveExecutable(send.module_text, ids, what);
+  auto outputs = exe->ExecuteReplicated({{send.operand->raw()}, {recv.operand->raw()}});
+  CountTpuTargetRun(exe.get());
   GetMetrics().executions++;
   return outputs.at(1).at(0);
 }

@@ -346,9 +346,12 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
   m.disk_cache_hits++;
   m.disk_load_time_us +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-  LogForTpuTarget(op_name, module_text, Dump(module_text, op_name, detail, /*from_disk=*/true, key), true);
+  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/true, key);
+  int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/true);
   std::lock_guard<std::mutex> lock(cache_mu_);
-  return executables_.emplace(module_text, exe).first->second;
+  const pjrt::ExecutablePtr& kept = executables_.emplace(module_text, exe).first->second;
+  TrackTpuTargetRuns(kept.get(), logged);
+  return kept;
 }
 
 pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name, bool notice,
@@ -398,7 +401,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
   std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
-  LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
+  int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   std::optional<CompileNotice> waiting;
@@ -410,6 +413,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
     throw pjrt::Error("compiling " + op_name + " failed: " + e.what() + "\n" + module_text, e.code());
   }
   DumpCompileEnd(dumped, MicrosecondsSince(start));
+  TrackTpuTargetRuns(exe.get(), logged);
   if (!key.empty()) {
     try {
       std::string bytes = exe->Serialize();
@@ -481,6 +485,7 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int d
   pjrt::EventPtr done;
   auto start = std::chrono::steady_clock::now();
   std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done);
+  CountTpuTargetRun(&exe);
   if (done == nullptr) return outputs;
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   if (in_flight_.size() <= static_cast<size_t>(device)) in_flight_.resize(device + 1);

@@ -321,7 +321,27 @@ class Kernel:
             _C._kernel_add_variant(self.op_name, key, module.functions, module.entry,
                                    [(e, list(d)) for e, d in in_types], [(e, list(d)) for e, d in out_types])
             self._exported[(key, in_types)] = module
+            if self._is_jax and _platform() != "tpu":
+                _run_forms[module.functions] = (self, key, in_types, prefix)
             return module
+
+    def _tpu_form(self, key, in_types, prefix, device_kind):
+        """This variant's functions exported for a TPU chip of `device_kind` (Pallas kernels as
+        Mosaic tpu_custom_calls), imported under the same symbols as the form this plugin runs;
+        raises KernelError."""
+        try:
+            text = self._source.export(_statics_of(key), in_types, "tpu", device_kind)
+        except Exception as e:
+            raise self._trace_error(e, key, in_types) from e
+        try:
+            module = _stablehlo.import_module(text, prefix)
+        except _stablehlo.ImportError_ as e:
+            raise KernelError(f"{self.op_name}: cannot import its StableHLO module for TPU: {e}") from None
+        run = self._exported[(key, in_types)]
+        if module.entry != run.entry or module.inputs != run.inputs or module.results != run.results:
+            raise KernelError(f"{self.op_name}: exported for TPU it takes ({_types_text(module.inputs)}) and "
+                              f"returns ({_types_text(module.results)}), unlike its form here")
+        return module.functions
 
     # ---- the op's implementations ----
     def _flat(self, args, kwargs=None):
@@ -408,6 +428,50 @@ class Kernel:
         return self._vjps[(key, in_types)]
 
 
+# TORCH_TPU_ALSO_COMPILE_FOR (torch_tpu.tpu_target): a program compiled for a TPU topology must call
+# each JAX kernel's TPU form, which on another plugin differs from the form that runs here (a Pallas
+# kernel is interpreted on the CPU plugin, a Mosaic kernel on TPU). The run form's functions text,
+# imported verbatim into every program that calls the variant, identifies it.
+_run_forms = {}  # run form's functions -> (kernel, statics key, input types, symbol prefix)
+_tpu_forms = {}  # (run form's functions, device kind) -> (TPU form's functions, None) or (None, error)
+
+# JAX's device kinds of the chips in libtpu's topology names ("v5e:2x2").
+_DEVICE_KINDS = {"v4": "TPU v4", "v5e": "TPU v5 lite", "v5p": "TPU v5", "v6e": "TPU v6 lite", "tpu7x": "TPU7x"}
+
+
+def tpu_form(text, topology):
+    """`text`, a program this process compiled, with every JAX kernel's functions replaced by their
+    form for `topology`'s chips (exported for TPU on first use): (new text, op names of the kernels
+    replaced, errors). An error (a kernel that does not export for TPU) names the kernel and JAX's
+    reason."""
+    if "func.func private @k_" not in text:
+        return text, [], []
+    chip = topology.split(":")[0].split("_")[0]
+    device_kind = _DEVICE_KINDS.get(chip)
+    if device_kind is None:
+        return text, [], [f"custom kernels: no JAX device kind known for TPU chip '{chip}' of {topology} "
+                          f"(known: {', '.join(_DEVICE_KINDS)})"]
+    replaced, errors = [], []
+    with _lock:
+        found = [(f, v) for f, v in _run_forms.items() if f in text]
+    for functions, (kernel, key, in_types, prefix) in found:
+        with _lock:
+            form = _tpu_forms.get((functions, device_kind))
+            if form is None:
+                try:
+                    form = (kernel._tpu_form(key, in_types, prefix, device_kind), None)
+                except KernelError as e:
+                    form = (None, str(e))
+                _tpu_forms[(functions, device_kind)] = form
+        tpu_functions, error = form
+        if error is not None:
+            errors.append(error)
+        elif tpu_functions != functions:
+            text = text.replace(functions, tpu_functions)
+            replaced.append(kernel.op_name)
+    return text, replaced, errors
+
+
 def _unique(name):
     base, n = name, 2
     while name in _kernels or hasattr(torch.ops.torch_tpu, name):
@@ -416,18 +480,20 @@ def _unique(name):
     return name
 
 
-def from_jax(fn, *, name=None, static_argnames=(), backward=None):
-    """A JAX function (jax.numpy, lax, a Pallas kernel with interpret=True on the CPU plugin)
-    as a PyTorch op on tpu tensors: `torch_tpu::<name>`. Array parameters are positional
+def from_jax(fn, *, name=None, static_argnames=(), backward=None, tpu_fn=None):
+    """A JAX function (jax.numpy, lax, a Pallas kernel: interpreted on the CPU plugin, Mosaic on
+    TPU) as a PyTorch op on tpu tensors: `torch_tpu::<name>`. Array parameters are positional
     tensors; `static_argnames` are Python values (ints, floats, bools, tuples) given by keyword,
     part of the kernel's identity. It returns a tensor or a tuple of tensors. Its backward is
     the function's VJP (exported the same way), or `backward(*inputs, *grad_outputs, **statics)`
-    returning one gradient (or None) per input."""
+    returning one gradient (or None) per input. `tpu_fn`, with fn's parameters and result types,
+    is what a TPU runs instead of fn (and what TORCH_TPU_ALSO_COMPILE_FOR compiles): a Mosaic
+    kernel that cannot run elsewhere, not even interpreted; the backward stays fn's."""
     from . import _jax
 
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
-    source = _jax.JaxSource(fn, static_argnames)
+    source = _jax.JaxSource(fn, static_argnames, tpu_fn)
     with _lock:
         if name is None:
             name = _unique(getattr(fn, "__name__", "kernel").strip("<>").replace("-", "_") or "kernel")

@@ -1,6 +1,7 @@
 """The JAX side of custom kernels: output types by `jax.eval_shape`, StableHLO by `jax.export`,
 and the VJP as a function of its own. Imported only by torch_tpu.kernels.from_jax, so that JAX
 stays an optional dependency (`pip install torch-tpu[jax]`)."""
+import contextlib
 import functools
 import inspect
 
@@ -51,6 +52,40 @@ def element(dtype):
     return _ELEMENT[name]
 
 
+@contextlib.contextmanager
+def _pallas_interpreted(on):
+    """Traces every pallas_call under it as if it had interpret=True (thread-local). Pallas's own
+    switch, force_tpu_interpret_mode, takes the value pallas_call's `interpret` would: True is the
+    plain interpreter (a loop over the grid in StableHLO), not TPU interpret mode's host callbacks."""
+    if not on:
+        yield
+        return
+    try:
+        from jax.experimental.pallas import tpu as pltpu
+        force = pltpu.force_tpu_interpret_mode
+    except (ImportError, AttributeError):  # a JAX without it: kernels keep their own `interpret`
+        yield
+        return
+    with force(True):
+        yield
+
+
+@contextlib.contextmanager
+def _on_chip(device_kind):
+    """Traces as if on one TPU chip of `device_kind`: Pallas's TPU code (tpu_info.get_tpu_info, which
+    Mosaic pipelines call while tracing) reads the chip from the abstract mesh's device before the
+    default device, which here is a CPU."""
+    if device_kind is None:
+        yield
+        return
+    from jax._src.mesh import AbstractDevice  # no public constructor in JAX 0.10
+    cores = 2 if device_kind in ("TPU v4", "TPU v5") else 1  # megacore chips
+    mesh = jax.sharding.AbstractMesh((1,), ("chip",), abstract_device=AbstractDevice(
+        device_kind=device_kind, num_cores=cores, platform="tpu"))
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
+
+
 class TraceError(Exception):
     """JAX could not trace or lower the function; `cause` is JAX's own exception."""
 
@@ -58,8 +93,9 @@ class TraceError(Exception):
 class JaxSource:
     """A JAX function: positional array parameters, static parameters by name."""
 
-    def __init__(self, fn, static_argnames):
+    def __init__(self, fn, static_argnames, tpu_fn=None):
         self.fn = fn
+        self.tpu_fn = tpu_fn  # what is exported for TPU, when given
         self.static_argnames = tuple(static_argnames)
         try:
             sig = inspect.signature(fn)
@@ -119,12 +155,19 @@ class JaxSource:
             raise TypeError("the function returns no array")
         return [(element(o.dtype), list(o.shape)) for o in leaves], single
 
-    def export(self, statics, in_types, platform):
-        """The function's StableHLO text for `platform` ("cpu", "cuda", "tpu")."""
+    def export(self, statics, in_types, platform, device_kind=None):
+        """The function's StableHLO text for `platform` ("cpu", "cuda", "tpu"). On "cpu" every
+        pallas_call is lowered in interpret mode (plain StableHLO: the CPU plugin cannot run a
+        compiled Pallas kernel), so one kernel written for TPU runs here and, exported for "tpu",
+        is its Mosaic form there. `device_kind` ("TPU v5 lite"): the chip a TPU export is for,
+        when it is not this process's device (Mosaic kernels ask for the chip while tracing)."""
         avals = self._avals(in_types)
+        fn = self.tpu_fn if platform == "tpu" and self.tpu_fn is not None else self.fn
+        bound = functools.partial(fn, **statics) if statics else fn
         try:
-            # keep_unused: the module takes every tensor the op passes, used or not.
-            exported = jax_export.export(jax.jit(self._bound(statics), keep_unused=True), platforms=[platform])(*avals)
+            with _pallas_interpreted(platform == "cpu"), _on_chip(device_kind):
+                # keep_unused: the module takes every tensor the op passes, used or not.
+                exported = jax_export.export(jax.jit(bound, keep_unused=True), platforms=[platform])(*avals)
         except Exception as e:
             raise TraceError(e) from e
         return exported.mlir_module()
