@@ -25,7 +25,7 @@ struct Slot {
   int taken = 0;
   bool done = false;
   std::string error;
-  std::vector<pjrt::BufferPtr> results;
+  std::vector<std::vector<pjrt::BufferPtr>> results;  // by rank
 };
 
 struct Group {
@@ -53,6 +53,11 @@ std::string Mismatch(const Slot& slot, int64_t k) {
       return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": rank 0 issued " +
              first.description + "; rank " + std::to_string(r) + " issued " + other.description;
   }
+  for (size_t r = 1; r < slot.arrivals.size(); ++r)
+    if (slot.arrivals[r]->module_text != first.module_text)
+      return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": rank 0 and rank " +
+             std::to_string(r) + " run different programs for " + first.description +
+             " (their graphs or inputs differ)";
   if (first.module_text.empty()) return "";  // a barrier runs nothing on the devices
   std::set<int> devices;
   for (const auto& a : slot.arrivals)
@@ -80,27 +85,32 @@ pjrt::ExecutablePtr Executable(const std::string& module_text, const std::vector
 }
 
 // Runs the program over every rank's device (called by the last rank to arrive, unlocked).
-std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
+std::vector<std::vector<pjrt::BufferPtr>> Run(const Slot& slot) {
   const CollectiveArrival& first = *slot.arrivals[0];
   size_t n = slot.arrivals.size();
-  if (first.module_text.empty()) return std::vector<pjrt::BufferPtr>(n);
+  if (first.module_text.empty()) return std::vector<std::vector<pjrt::BufferPtr>>(n);
   Runtime& rt = Runtime::Get();
   std::vector<int64_t> ids;
   std::vector<std::vector<PJRT_Buffer*>> args;
   for (const auto& a : slot.arrivals) {
     ids.push_back(rt.client().device_id(a->device));
-    args.push_back({a->operand->raw()});
+    args.emplace_back();
+    for (const pjrt::BufferPtr& b : a->operands) args.back().push_back(b->raw());
   }
-  std::vector<std::vector<pjrt::BufferPtr>> outputs = Executable(first.module_text, ids, first.description)->ExecuteReplicated(args);
+  std::vector<std::vector<pjrt::BufferPtr>> outputs =
+      Executable(first.module_text, ids, first.description)->ExecuteReplicated(args);
   GetMetrics().executions++;
-  std::vector<pjrt::BufferPtr> results;
-  for (auto& o : outputs) results.push_back(o.at(0));
-  return results;
+  return outputs;
 }
 
 }  // namespace
 
 pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
+  std::vector<pjrt::BufferPtr> results = RunReplicated(arrival);
+  return results.empty() ? nullptr : results.at(0);
+}
+
+std::vector<pjrt::BufferPtr> RunReplicated(const CollectiveArrival& arrival) {
   if (arrival.rank < 0 || arrival.rank >= arrival.group_size)
     throw std::invalid_argument("collective: rank " + std::to_string(arrival.rank) + " outside a group of " +
                                 std::to_string(arrival.group_size));
@@ -117,8 +127,9 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
     entry->arrivals.resize(arrival.group_size);
   }
   std::shared_ptr<Slot> slot = entry;
-  auto finish = [&]() -> pjrt::BufferPtr {  // lock held, slot done
-    pjrt::BufferPtr mine = slot->error.empty() ? slot->results[arrival.rank] : nullptr;
+  auto finish = [&]() -> std::vector<pjrt::BufferPtr> {  // lock held, slot done
+    std::vector<pjrt::BufferPtr> mine;
+    if (slot->error.empty()) mine = std::move(slot->results[arrival.rank]);
     std::string error = slot->error;
     if (++slot->taken == arrival.group_size) groups[arrival.group].slots.erase(k);
     if (!error.empty()) throw std::runtime_error(error);
@@ -128,7 +139,7 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
   slot->arrivals[arrival.rank] = arrival;
   if (++slot->arrived == arrival.group_size) {
     std::string error = Mismatch(*slot, k);
-    std::vector<pjrt::BufferPtr> results;
+    std::vector<std::vector<pjrt::BufferPtr>> results;
     if (error.empty()) {
       lock.unlock();
       try {
@@ -140,10 +151,15 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
     }
     slot->error = error;
     slot->results = std::move(results);
-    for (auto& a : slot->arrivals) a->operand.reset();
+    for (auto& a : slot->arrivals) a->operands.clear();
     slot->done = true;
     arrived_cv.notify_all();
-    GetMetrics().collectives_on_device++;
+    if (error.empty() && arrival.compiled_graph) {
+      GetMetrics().replicated_graph_runs++;
+      GetMetrics().collectives_in_graphs += arrival.collectives;
+    } else if (!arrival.compiled_graph) {
+      GetMetrics().collectives_on_device++;
+    }
     return finish();
   }
   auto deadline = std::chrono::steady_clock::now() +
@@ -161,7 +177,7 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
                     std::to_string(static_cast<int64_t>(arrival.timeout_seconds)) +
                     " s (they issued no collective, or one on another group)";
       for (auto& a : slot->arrivals)
-        if (a) a->operand.reset();
+        if (a) a->operands.clear();
       slot->done = true;
       arrived_cv.notify_all();
     }
