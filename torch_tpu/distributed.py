@@ -150,6 +150,10 @@ def run_in_threads(fn, world_size, *args, timeout=datetime.timedelta(seconds=60)
     if world_size > torch.tpu.device_count():
         raise ValueError(f"run_in_threads: {world_size} ranks need as many tpu devices, this process has "
                          f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets the CPU plugin's count)")
+    # torch.compile(backend="tpu") in several rank threads at once would each register the
+    # backend from its entry point, and all but the first raise "duplicate name": register it here.
+    from .compile import backend as _compile_backend  # noqa: F401
+
     _install_threaded_pg()
     propagator = _sharding_propagator()
     if propagator is not None:
