@@ -172,6 +172,9 @@ class _Describer:
         self.copy_targets = {}  # copy_ node -> placeholder index it writes
         self.next_id = 0
         self.replica = None  # (group name, size) of the graph's collectives, see _replica_group
+        # Positions of the graph inputs the description lists (None: all); unused inputs that are
+        # not tensors (DTensor's DeviceMesh) are left out.
+        self.kept = None
 
     def tensor_id(self, node):
         vid = self.ids.get(node)
@@ -394,7 +397,11 @@ class _Describer:
     def describe(self, name):
         out_arg = None
         # Inputs take the first value ids (a fused piece may list its placeholders late).
-        for node in self.gm.graph.find_nodes(op="placeholder"):
+        placeholders = list(self.gm.graph.find_nodes(op="placeholder"))
+        kept = [i for i, node in enumerate(placeholders)
+                if node.users or isinstance(_node_val(node), torch.Tensor)]
+        self.kept = kept if len(kept) < len(placeholders) else None
+        for node in (placeholders[i] for i in kept):
             self.placeholders.append(node)
             val = _node_val(node)
             try:
@@ -417,6 +424,7 @@ class _Describer:
             self.add_values(node, [t], False)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder" or node in self.ids:
+                self.ids.setdefault(node, None)
                 continue
             if node.op == "call_function":
                 self.call(node)
