@@ -139,3 +139,33 @@ def test_compiled_dtensor_tensor_parallel_mlp_matches_cpu():
         # RowwiseParallel's partial sums: one all_reduce inside the forward's one replicated run.
         assert counted == {"replicated_graph_runs": 1, "collectives_in_graphs": 1, "collectives_on_device": 0,
                            "collectives_via_host": 0}
+
+
+def test_compiled_tensor_parallel_llama_matches_cpu():
+    from test_tensor_parallel import tiny_llama, tp_plan
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    ref = tiny_llama()
+    ids = torch.randint(0, 128, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ref(input_ids=ids).logits
+
+    def rank_fn(rank, world):
+        mesh = init_device_mesh("tpu", (world,))
+        model = parallelize_module(copy.deepcopy(ref).to(torch.device("tpu", rank)), mesh, tp_plan(ref))
+        compiled = torch.compile(model, backend="tpu")
+        dist.barrier()
+        before = torch_tpu.metrics()
+        with torch.no_grad():
+            logits = compiled(input_ids=ids.to(torch.device("tpu", rank))).logits.cpu()
+        after = torch_tpu.metrics()
+        dist.barrier()
+        return logits, {k: after[k] - before[k] for k in _COUNTERS}
+
+    results, _ = run_counted(rank_fn)
+    for logits, counted in results:
+        torch.testing.assert_close(logits, want, atol=1e-5, rtol=1e-5)
+        # Two row-parallel projections per layer, two layers: their all-reduces inside programs.
+        assert counted["collectives_in_graphs"] >= 4
+        assert counted["collectives_on_device"] == 0 and counted["collectives_via_host"] == 0
