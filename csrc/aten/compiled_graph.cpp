@@ -17,11 +17,13 @@
 #include <unordered_set>
 
 #include "arguments.h"
+#include "device_collectives.h"
 #include "graph_description.h"
 #include "operands.h"
 #include "precision.h"
 #include "storage_layout.h"
 #include "torch_compat.h"
+#include "../lowering/replicas.h"
 #include "../runtime/background_compile.h"
 #include "../runtime/executor.h"
 
@@ -77,6 +79,13 @@ class Graph {
       out.index = o[1].cast<int64_t>();
       outputs_.push_back(out);
     }
+    // Functional collectives of an in-process group: (group name, size); the program is then
+    // replicated over the group's devices.
+    if (desc.size() > 4 && !desc[4].is_none()) {
+      auto group = desc[4].cast<py::tuple>();
+      replica_group_ = group[0].cast<std::string>();
+      replicas_ = group[1].cast<int>();
+    }
     for (const GOutput& o : outputs_) {
       if (o.kind != GOutput::Value) continue;
       bool seen = false;
@@ -89,6 +98,7 @@ class Graph {
   // cannot be lowered as (node index, reason). Nothing is compiled.
   std::vector<std::pair<int64_t, std::string>> Check() const {
     shlo::Builder b;
+    lowering::ReplicatedLowering replicated(replicas_);
     std::vector<shlo::Value> values(value_types_.size());
     std::vector<std::pair<int64_t, std::string>> bad;
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -191,6 +201,13 @@ class Graph {
     std::vector<at::Tensor> fresh = NewTensors(program->new_tensors, device);
     try {
       runtime::Request request = MakeRequest(program->program, ops, device, fresh);
+      if (replicas_ > 0) {  // this rank thread's place in the group the program spans
+        InProcessMember member = MemberOf(replica_group_);
+        TORCH_CHECK(member.size == replicas_, "tpu: torch.compile: graph ", name_, " was compiled for a group of ",
+                    replicas_, " ranks; group '", replica_group_, "' has ", member.size);
+        request.rank = member.rank;
+        request.timeout_seconds = member.timeout_s;
+      }
       py::gil_scoped_release release;  // a plugin may run the program on this thread
       Executor::Get().Run(request);
     } catch (const c10::Error&) {
@@ -220,7 +237,8 @@ class Graph {
   // (cpu_scalar, dtype, sizes, strides, storage_offset, storage id, storage nbytes).
   // Returns false, compiling nothing, when the examples can't describe the inputs.
   bool CompileAhead(const py::list& examples) {
-    if (examples.size() != inputs_.size()) return false;
+    // A replicated program compiles for its group's devices, at its first run (the rendezvous).
+    if (examples.size() != inputs_.size() || replicas_ > 0) return false;
     std::vector<Slot> slots;
     for (py::handle h : examples) {
       auto e = h.cast<py::tuple>();
@@ -480,7 +498,12 @@ class Graph {
     auto program = std::make_shared<runtime::Program>();
     gp->program = program;
     program->name = "compiled graph " + name_;
+    program->replicas = replicas_;
+    program->replica_group = replica_group_;
+    for (const GNode& node : nodes_)
+      program->collectives += node.op.rfind("_c10d_functional::", 0) == 0 && node.op != "_c10d_functional::wait_tensor";
     shlo::Builder b;
+    lowering::ReplicatedLowering replicated(replicas_);
     std::vector<shlo::Value> values(value_types_.size());
     std::unordered_map<const void*, shlo::Value> storage_values;  // 1-D, as views read them
     std::unordered_map<const void*, std::vector<int64_t>> storage_dims;  // of their buffers
@@ -593,7 +616,7 @@ class Graph {
     program->id = runtime::Program::NextId();
     for (const auto& p : b.params()) program->param_types.push_back(p.type);
     for (const auto& r : results) program->result_types.push_back(r.type);
-    program->module_text = b.Module(results);
+    program->module_text = lowering::WithReplicas(b.Module(results), replicas_);
     return gp;
   }
 
@@ -603,7 +626,7 @@ class Graph {
       last_module_ = gp.program->module_text;
     }
     try {
-      gp.program->Compiled();
+      if (!gp.program->replicas) gp.program->Compiled();  // else at the group's rendezvous
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -618,6 +641,8 @@ class Graph {
   std::vector<GOutput> outputs_;
   std::vector<GType> value_types_;
   std::vector<int64_t> new_values_;  // distinct value ids returned as new tensors
+  std::string replica_group_;  // the in-process group whose collectives the graph holds
+  int replicas_ = 0;           // its size: the program's replicas (0: not replicated)
   mutable std::mutex mu_;
   std::string last_module_;  // the text of the latest program built (for debugging)
   std::string ahead_module_;  // compiled ahead (CompileAhead) and not yet compared with a first run's

@@ -8,6 +8,8 @@
 #include <set>
 #include <stdexcept>
 
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/utils/pybind.h>
@@ -110,7 +112,7 @@ pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const 
   try {
     if (spec.numel > 0) {
       a.module_text = runtime::CollectiveModule(spec);
-      a.operand = Operand(input);
+      a.operands = {Operand(input)};
     }
     return Rendezvous(a);
   } catch (const std::invalid_argument& e) {
@@ -183,6 +185,13 @@ void RegisterInProcessGroup(const std::string& name, double timeout_s) {
   runtime::ForgetTransfers(name);
   std::lock_guard<std::mutex> lock(timeouts_mu);
   group_timeouts[name] = timeout_s;
+}
+
+InProcessMember MemberOf(const std::string& group_name) {
+  c10::intrusive_ptr<c10d::ProcessGroup> group = c10d::resolve_process_group(group_name);
+  TORCH_CHECK(InProcess(*group), "tpu: torch.compile: a graph compiled with the collectives of the in-process group '",
+              group_name, "' runs on a rank of a ", group->getBackendName(), " group");
+  return {static_cast<int>(group->getRank()), static_cast<int>(group->getSize()), GroupTimeout(group_name)};
 }
 
 void DeviceAllreduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,

@@ -25,6 +25,15 @@ bool InProcess(const c10d::ProcessGroup& group);
 // A new in-process group: forgets the collectives counted under its name (a new threaded
 // world reuses the names of the last one).
 void RegisterInProcessGroup(const std::string& name, double timeout_s);
+// The calling rank thread's place in the in-process group named `group_name` (a compiled
+// graph holding its functional collectives runs replicated over it). Raises when the thread
+// has no such group.
+struct InProcessMember {
+  int rank = 0;
+  int size = 1;
+  double timeout_s = 1800;
+};
+InProcessMember MemberOf(const std::string& group_name);
 
 void DeviceAllreduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,
                      std::chrono::milliseconds timeout);

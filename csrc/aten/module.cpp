@@ -73,6 +73,8 @@ py::dict MetricsDict() {
   d["cpu_fallbacks_by_op"] = m.fallbacks();
   d["collectives_on_device"] = m.collectives_on_device.load();
   d["collectives_via_host"] = m.collectives_via_host.load();
+  d["replicated_graph_runs"] = m.replicated_graph_runs.load();
+  d["collectives_in_graphs"] = m.collectives_in_graphs.load();
   // Which formulation aten::_grouped_mm lowers to here, and how many programs took each.
   d["grouped_mm_path"] = lowering::RaggedDotInUse() ? "ragged_dot" : "tiled";
   d["grouped_mm_lowerings"] = lowering::GroupedMmLowerings();

@@ -25,7 +25,7 @@ struct Slot {
   int taken = 0;
   bool done = false;
   std::string error;
-  std::vector<pjrt::BufferPtr> results;
+  std::vector<std::vector<pjrt::BufferPtr>> results;  // by rank
   std::vector<std::vector<int64_t>> host_values;  // every rank's, once done
 };
 
@@ -54,6 +54,11 @@ std::string Mismatch(const Slot& slot, int64_t k) {
       return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": rank 0 issued " +
              first.description + "; rank " + std::to_string(r) + " issued " + other.description;
   }
+  for (size_t r = 1; r < slot.arrivals.size(); ++r)
+    if (slot.arrivals[r]->module_text != first.module_text)
+      return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": rank 0 and rank " +
+             std::to_string(r) + " run different programs for " + first.description +
+             " (their graphs or inputs differ)";
   if (first.module_text.empty()) return "";  // a barrier runs nothing on the devices
   std::set<int> devices;
   for (const auto& a : slot.arrivals)
@@ -64,24 +69,23 @@ std::string Mismatch(const Slot& slot, int64_t k) {
 }
 
 // Runs the program over every rank's device (called by the last rank to arrive, unlocked).
-std::vector<pjrt::BufferPtr> Run(const Slot& slot) {
+std::vector<std::vector<pjrt::BufferPtr>> Run(const Slot& slot) {
   const CollectiveArrival& first = *slot.arrivals[0];
   size_t n = slot.arrivals.size();
-  if (first.module_text.empty()) return std::vector<pjrt::BufferPtr>(n);
+  if (first.module_text.empty()) return std::vector<std::vector<pjrt::BufferPtr>>(n);
   Runtime& rt = Runtime::Get();
   std::vector<int64_t> ids;
   std::vector<std::vector<PJRT_Buffer*>> args;
   for (const auto& a : slot.arrivals) {
     ids.push_back(rt.client().device_id(a->device));
-    args.push_back({a->operand->raw()});
+    args.emplace_back();
+    for (const pjrt::BufferPtr& b : a->operands) args.back().push_back(b->raw());
   }
   pjrt::ExecutablePtr exe = CollectiveExecutable(first.module_text, ids, first.description);
   std::vector<std::vector<pjrt::BufferPtr>> outputs = exe->ExecuteReplicated(args);
   CountTpuTargetRun(exe.get());
   GetMetrics().executions++;
-  std::vector<pjrt::BufferPtr> results;
-  for (auto& o : outputs) results.push_back(o.at(0));
-  return results;
+  return outputs;
 }
 
 }  // namespace
@@ -132,7 +136,7 @@ std::shared_ptr<Slot> Meet(const CollectiveArrival& arrival) {
   slot->arrivals[arrival.rank] = arrival;
   if (++slot->arrived == arrival.group_size) {
     std::string error = Mismatch(*slot, k);
-    std::vector<pjrt::BufferPtr> results;
+    std::vector<std::vector<pjrt::BufferPtr>> results;
     if (error.empty()) {
       lock.unlock();
       try {
@@ -146,11 +150,16 @@ std::shared_ptr<Slot> Meet(const CollectiveArrival& arrival) {
     slot->results = std::move(results);
     for (auto& a : slot->arrivals) {
       slot->host_values.push_back(a->host_values);
-      a->operand.reset();
+      a->operands.clear();
     }
     slot->done = true;
     arrived_cv.notify_all();
-    if (!arrival.module_text.empty() || arrival.host_values.empty()) GetMetrics().collectives_on_device++;
+    if (error.empty() && arrival.compiled_graph) {
+      GetMetrics().replicated_graph_runs++;
+      GetMetrics().collectives_in_graphs += arrival.collectives;
+    } else if (!arrival.compiled_graph && (!arrival.module_text.empty() || arrival.host_values.empty())) {
+      GetMetrics().collectives_on_device++;
+    }
     return finish();
   }
   auto deadline = std::chrono::steady_clock::now() +
@@ -168,7 +177,7 @@ std::shared_ptr<Slot> Meet(const CollectiveArrival& arrival) {
                     std::to_string(static_cast<int64_t>(arrival.timeout_seconds)) +
                     " s (they issued no collective, or one on another group)";
       for (auto& a : slot->arrivals)
-        if (a) a->operand.reset();
+        if (a) a->operands.clear();
       slot->done = true;
       arrived_cv.notify_all();
     }
@@ -179,9 +188,14 @@ std::shared_ptr<Slot> Meet(const CollectiveArrival& arrival) {
 }  // namespace
 
 pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
+  std::vector<pjrt::BufferPtr> results = RunReplicated(arrival);
+  return results.empty() ? nullptr : results.at(0);
+}
+
+std::vector<pjrt::BufferPtr> RunReplicated(const CollectiveArrival& arrival) {
   std::shared_ptr<Slot> slot = Meet(arrival);
   if (!slot->error.empty()) throw std::runtime_error(slot->error);
-  return slot->results.empty() ? nullptr : slot->results[arrival.rank];
+  return slot->results.empty() ? std::vector<pjrt::BufferPtr>{} : slot->results[arrival.rank];
 }
 
 std::vector<std::vector<int64_t>> ShareHostValues(const CollectiveArrival& arrival) {

@@ -1,8 +1,9 @@
 // Collectives among ranks that are threads of this process, one device each: every rank's
-// thread deposits its operand for the group's k-th collective; the last to arrive runs one
-// program replicated over the group's devices (collective_programs.h) and each rank takes
-// its own output. Ranks that issue different collectives raise on every rank, naming both;
-// a rank that never arrives makes the others raise once the timeout has passed. No torch.
+// thread deposits its operands for the group's k-th collective; the last to arrive runs one
+// program replicated over the group's devices (collective_programs.h, or a compiled graph
+// holding collectives) and each rank takes its own outputs. Ranks that issue different
+// collectives raise on every rank, naming both; a rank that never arrives makes the others
+// raise once the timeout has passed. No torch.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +21,19 @@ struct CollectiveArrival {
   int group_size = 1;
   int device = 0;      // this rank's device index
   std::string description;  // what all ranks must agree on (CollectiveSpec::Describe, "barrier")
-  std::string module_text;  // empty: a barrier (no program runs)
-  pjrt::BufferPtr operand;  // 1-D, on `device`; null for a barrier
+  std::string module_text;  // empty: a barrier (no program runs); ranks must agree on it too
+  std::vector<pjrt::BufferPtr> operands;  // on `device` (a collective's: one, 1-D); none for a barrier
   std::vector<int64_t> host_values;  // what ShareHostValues hands every rank
   double timeout_seconds = 1800;
+  int collectives = 1;  // the collective ops the program holds (metrics)
+  bool compiled_graph = false;  // a torch.compile program, counted apart from eager collectives
 };
 
 // Blocks until every rank of the group has arrived at its next collective, then returns this
 // rank's result (null for a barrier). Throws std::runtime_error on divergence or timeout.
 pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival);
+// The same for a program of any number of operands and results: this rank's results.
+std::vector<pjrt::BufferPtr> RunReplicated(const CollectiveArrival& arrival);
 // A meeting with no program: every rank's `host_values`, in rank order (an uneven all_to_all's
 // split sizes). Not counted as a collective on the devices. Throws as RunCollective does.
 std::vector<std::vector<int64_t>> ShareHostValues(const CollectiveArrival& arrival);

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "collective_rendezvous.h"
 #include "env.h"
 #include "fused_graph.h"
 #include "metrics.h"
@@ -84,6 +85,7 @@ std::vector<CheckPtr> Executor::NewChecks(const Program& p) {
 
 std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   Program& p = *request.program;
+  if (p.replicas > 0) return RunReplicatedProgram(request);
   const pjrt::ExecutablePtr& exe = p.Compiled();
   Runtime::Get().AwaitRoom(request.device);  // an interrupt here leaves nothing half done
   CheckSet guards = InputChecks(request);  // before the writes replace what they read
@@ -99,7 +101,38 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   for (const auto& b : keep) raw.push_back(b->raw());
   std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw, {request.program});
   GetMetrics().executions++;
+  return Land(request, std::move(outs), guards);
+}
 
+std::vector<pjrt::BufferPtr> Executor::RunReplicatedProgram(const Request& request) {
+  Program& p = *request.program;
+  if (request.rank < 0 || request.rank >= p.replicas)
+    throw std::runtime_error(p.name + ": rank " + std::to_string(request.rank) + " outside a group of " +
+                             std::to_string(p.replicas));
+  CheckSet guards = InputChecks(request);
+  CollectiveArrival a;
+  a.group = p.replica_group;
+  a.rank = request.rank;
+  a.group_size = p.replicas;
+  a.device = request.device;
+  a.description = "a compiled graph's program with " + std::to_string(p.collectives) + " collective(s) over " +
+                  std::to_string(p.replicas) + " ranks";
+  a.module_text = p.module_text;
+  a.timeout_seconds = request.timeout_seconds;
+  a.collectives = p.collectives;
+  a.compiled_graph = true;
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const ParamSource& src = p.params[i];
+    a.operands.push_back(src.kind == ParamSource::Storage ? request.storages[src.slot]->Materialize(src.elem)
+                                                          : request.host_params[i]);
+  }
+  // Every rank's program runs as one replicated execution (the last rank to arrive starts it).
+  return Land(request, RunReplicated(a), guards);
+}
+
+std::vector<pjrt::BufferPtr> Executor::Land(const Request& request, std::vector<pjrt::BufferPtr> outs,
+                                            CheckSet guards) {
+  Program& p = *request.program;
   std::vector<CheckPtr> fresh = NewChecks(p);
   size_t first_check = request.new_storages.size() + p.writes.size();
   for (size_t i = 0; i < fresh.size(); ++i) {

@@ -76,6 +76,10 @@ class Executor {
 
  private:
   Executor();
+  // Run's path for a program replicated over an in-process group (Program::replicas).
+  std::vector<pjrt::BufferPtr> RunReplicatedProgram(const Request& request);
+  // Hands a run's results to the request's storages, guarded by `guards` and the program's checks.
+  std::vector<pjrt::BufferPtr> Land(const Request& request, std::vector<pjrt::BufferPtr> outs, CheckSet guards);
   std::atomic<int> mode_{static_cast<int>(Mode::kFused)};  // the default: passes the suite, fastest
   // One open graph per process; eager dispatch holds the GIL, the lock covers other threads.
   std::recursive_mutex graph_mu_;

@@ -50,6 +50,12 @@ struct Program {
   std::vector<WriteTarget> writes;
   std::vector<std::string> check_messages;  // device-side asserts (device_checks.h)
   std::vector<CheckKind> check_kinds;       // the exception each raises, by check
+  // A compiled graph holding collectives: the program runs replicated over the devices of
+  // the in-process group `replica_group` (replica i = rank i), one run per group, meeting at
+  // the group's rendezvous (collective_rendezvous.h), which also compiles it.
+  int replicas = 0;
+  std::string replica_group;
+  int collectives = 0;  // the collective ops it holds
 
   // The executable, compiled on first use.
   const pjrt::ExecutablePtr& Compiled();
@@ -71,6 +77,10 @@ struct Request {
   std::vector<pjrt::BufferPtr> host_params;
   // Where each new-tensor result lands (the storages of the fresh output tensors).
   std::vector<TpuStorage*> new_storages;
+  // A replicated program (Program::replicas): this thread's rank in its group, and how long
+  // it waits for the others.
+  int rank = -1;
+  double timeout_seconds = 1800;
 };
 
 // FNV-1a over a program signature (the keys of the per-op, fused and compiled caches).

@@ -121,6 +121,33 @@ def _fetch_attr(gm, target):
     return obj
 
 
+# Functional collectives a program can hold: the position of each one's group_name argument.
+_COLLECTIVE_GROUP_ARG = {
+    "_c10d_functional::all_reduce": 2,
+    "_c10d_functional::all_gather_into_tensor": 2,
+    "_c10d_functional::reduce_scatter_tensor": 3,
+}
+
+
+def _replica_group(node, op):
+    """(group name, size) of a functional collective node: the in-process group whose ranks'
+    devices the program is replicated over. Collectives of other groups (Gloo across processes)
+    and other functional collectives run eagerly."""
+    if op not in _COLLECTIVE_GROUP_ARG:
+        raise _Unsupported(f"{op} is not lowered into programs (all_reduce, all_gather_into_tensor and "
+                           "reduce_scatter_tensor are)")
+    name = node.args[_COLLECTIVE_GROUP_ARG[op]] if len(node.args) > _COLLECTIVE_GROUP_ARG[op] else None
+    if not isinstance(name, str):
+        raise _Unsupported("a collective whose group is not a name")
+    from ..distributed import IN_PROCESS_BACKEND
+
+    group = torch.distributed.distributed_c10d._resolve_process_group(name)
+    if group.getBackendName() != IN_PROCESS_BACKEND:
+        raise _Unsupported(f"a collective of a {group.getBackendName()} group (only in-process groups' run "
+                           "inside programs)")
+    return (name, group.size())
+
+
 def _node_val(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
@@ -144,6 +171,10 @@ class _Describer:
         self.cpu_values = set()  # value ids of 0-d CPU tensors computed by nodes
         self.copy_targets = {}  # copy_ node -> placeholder index it writes
         self.next_id = 0
+        self.replica = None  # (group name, size) of the graph's collectives, see _replica_group
+        # Positions of the graph inputs the description lists (None: all); unused inputs that are
+        # not tensors (DTensor's DeviceMesh) are left out.
+        self.kept = None
 
     def tensor_id(self, node):
         vid = self.ids.get(node)
@@ -195,8 +226,8 @@ class _Describer:
             return (_KIND["double"], float(v))
         if isinstance(t, torch._C.BoolType):
             return (_KIND["bool"], bool(v))
-        if isinstance(t, torch._C.StringType):
-            return (_KIND["str"], str(v))
+        if isinstance(t, torch._C.StringType) or (isinstance(t, torch._C.AnyType) and isinstance(v, str)):
+            return (_KIND["str"], str(v))  # Any: a functional collective's group_name
         if isinstance(t, torch._C.ListType):
             if any(isinstance(x, torch.fx.Node) for x in v):
                 raise _Unsupported("a symbolic list argument (dynamic shapes)")
@@ -263,6 +294,11 @@ class _Describer:
                 self.copy_targets[node] = self.placeholders.index(target)
                 if self.inputs[self.copy_targets[node]] is None or len(self.inputs[self.copy_targets[node]]) > 3:
                     raise _HostWork("copy_ into a CPU tensor")
+            if op.startswith("_c10d_functional::") and op != "_c10d_functional::wait_tensor":
+                group = _replica_group(node, op)
+                if self.replica not in (None, group):
+                    raise _Unsupported(f"collectives of groups {self.replica[0]} and {group[0]} in one graph")
+                self.replica = group
             if (node.target is torch.ops.aten.as_strided_scatter.default
                     and not _is_whole_storage(_node_val(node.args[0]))):
                 # The lowering takes self's logical array for its storage (view_ops.cpp).
@@ -361,7 +397,11 @@ class _Describer:
     def describe(self, name):
         out_arg = None
         # Inputs take the first value ids (a fused piece may list its placeholders late).
-        for node in self.gm.graph.find_nodes(op="placeholder"):
+        placeholders = list(self.gm.graph.find_nodes(op="placeholder"))
+        kept = [i for i, node in enumerate(placeholders)
+                if node.users or isinstance(_node_val(node), torch.Tensor)]
+        self.kept = kept if len(kept) < len(placeholders) else None
+        for node in (placeholders[i] for i in kept):
             self.placeholders.append(node)
             val = _node_val(node)
             try:
@@ -384,6 +424,7 @@ class _Describer:
             self.add_values(node, [t], False)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder" or node in self.ids:
+                self.ids.setdefault(node, None)
                 continue
             if node.op == "call_function":
                 self.call(node)
@@ -393,4 +434,4 @@ class _Describer:
                 self.ids[node] = None
                 for user in node.users:
                     self.bad.setdefault(user, (f"uses '{node.name}' ({node.op})", _HARD))
-        return (name, self.inputs, self.nodes, self.outputs(out_arg) if not self.bad else [])
+        return (name, self.inputs, self.nodes, self.outputs(out_arg) if not self.bad else [], self.replica)

@@ -17,16 +17,21 @@ class _Program:
     """A lowered FX graph: runs the compiled program on the graph's inputs (a boxed call:
     one list of tensors), returning its outputs."""
 
-    def __init__(self, graph, gm, name, single_output, constants=(), views=()):
+    def __init__(self, graph, gm, name, single_output, constants=(), views=(), kept=None):
         self.graph, self.gm, self.name, self.single = graph, gm, name, single_output
+        self.kept = kept  # the positions of the inputs the program takes (None: all)
         self.constants = list(constants)
         # Outputs that are views: (position, (source kind, index), [(view op, args, kwargs)...])
         self.views = [(pos, src, [(n.target, n.args[1:], n.kwargs) for n in chain]) for pos, src, chain in views]
         self._boxed_call = True  # on the instance: wrappers copy the instance's __dict__
         self._warned = False
 
+    def program_inputs(self, args):
+        taken = args if self.kept is None else [args[i] for i in self.kept]
+        return taken + self.constants if self.constants else taken
+
     def __call__(self, args):
-        inputs = args + self.constants if self.constants else args
+        inputs = self.program_inputs(list(args))
         try:
             out = self.graph.run(inputs)
         except _C.GraphNotLowerable as e:
@@ -96,7 +101,7 @@ def _lower_whole(gm, name, piece=False):
         return None, bad
     out_arg = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     _stats.count("compile_programs")
-    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views), {}
+    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views, d.kept), {}
 
 
 def _is_view_like(node):
@@ -205,7 +210,8 @@ def _compile_ahead(program, example_inputs, kind):
     if example_inputs is None or not compile_ahead_enabled():
         return
     try:
-        examples = [_example(t, kind == "backward") for t in example_inputs]
+        taken = example_inputs if program.kept is None else [example_inputs[i] for i in program.kept]
+        examples = [_example(t, kind == "backward") for t in taken]
         examples += [_example(t, False) for t in program.constants]
     except Exception:  # symbolic sizes, tensor subclasses: compiled at the first run instead
         return

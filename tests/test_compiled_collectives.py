@@ -1,0 +1,171 @@
+"""Functional collectives inside torch.compile(backend="tpu") graphs, ranks as threads of one
+process (torch_tpu.distributed.run_in_threads): each collective is a stablehlo collective of the
+graph's program, which runs once, replicated over the group's devices, when every rank has
+called its compiled graph. Results are those of the CPU; no collective runs on its own
+(collectives_on_device) or through the host (collectives_via_host)."""
+import copy
+
+import pytest
+import torch
+
+from conftest import needs_devices
+
+pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built"),
+              needs_devices(2)]
+
+import torch.distributed as dist  # noqa: E402
+import torch.distributed._functional_collectives as funcol  # noqa: E402
+import torch_tpu  # noqa: E402
+from torch_tpu.distributed import run_in_threads  # noqa: E402
+
+_COUNTERS = ("replicated_graph_runs", "collectives_in_graphs", "collectives_on_device", "collectives_via_host")
+
+
+def run_counted(fn, world=2):
+    torch._dynamo.reset()
+    before = torch_tpu.metrics()
+    results = run_in_threads(fn, world)
+    after = torch_tpu.metrics()
+    return results, {k: after[k] - before[k] for k in _COUNTERS}
+
+
+def matmul_all_reduce_relu(x, w, group):
+    return torch.relu(funcol.all_reduce(x @ w, "sum", group))
+
+
+def test_matmul_all_reduce_relu_is_one_replicated_program():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ws = [torch.randn(8, 6) for _ in range(2)]
+    want = torch.relu(sum(x @ w for w in ws))
+
+    def rank_fn(rank, world):
+        dev = torch.device("tpu", rank)
+        compiled = torch.compile(matmul_all_reduce_relu, backend="tpu")
+        return [compiled(x.to(dev), ws[rank].to(dev), dist.group.WORLD).cpu() for _ in range(2)]
+
+    results, counted = run_counted(rank_fn)
+    for outs in results:
+        for out in outs:
+            torch.testing.assert_close(out, want)
+    # Two calls: two runs of one program across both devices, each holding the all_reduce.
+    assert counted == {"replicated_graph_runs": 2, "collectives_in_graphs": 2, "collectives_on_device": 0,
+                       "collectives_via_host": 0}
+
+
+def gather_scatter(x, group):
+    gathered = funcol.all_gather_tensor(x * 2, 0, group)
+    summed = funcol.reduce_scatter_tensor(gathered + 1, "sum", 0, group)
+    averaged = funcol.reduce_scatter_tensor(torch.cat([x, x]), "avg", 0, group)
+    maxed = funcol.all_reduce(x, "max", group)
+    return gathered, summed, averaged, maxed
+
+
+def test_all_gather_reduce_scatter_and_all_reduce_ops():
+    xs = [torch.arange(12.0).reshape(3, 4) * (r + 1) - 5 for r in range(2)]
+    gathered = torch.cat([x * 2 for x in xs])
+    want_sum = 2 * (gathered + 1)  # each rank scatters the same gathered tensor: twice it, split
+    want_avg = sum(torch.cat([x, x]) for x in xs) / 2
+    want_max = torch.maximum(xs[0], xs[1])
+
+    def rank_fn(rank, world):
+        out = torch.compile(gather_scatter, backend="tpu")(xs[rank].to(torch.device("tpu", rank)), dist.group.WORLD)
+        return [t.cpu() for t in out]
+
+    results, counted = run_counted(rank_fn)
+    for rank, (g, s, a, m) in enumerate(results):
+        torch.testing.assert_close(g, gathered)
+        torch.testing.assert_close(s, want_sum[3 * rank:3 * rank + 3])
+        torch.testing.assert_close(a, want_avg[3 * rank:3 * rank + 3])
+        torch.testing.assert_close(m, want_max)
+    assert counted == {"replicated_graph_runs": 1, "collectives_in_graphs": 4, "collectives_on_device": 0,
+                       "collectives_via_host": 0}
+
+
+def test_ranks_with_different_programs_raise_on_every_rank():
+    def reduce_sum(t):
+        return funcol.all_reduce(t, "sum", dist.group.WORLD)
+
+    def reduce_max(t):
+        return funcol.all_reduce(t, "max", dist.group.WORLD)
+
+    def rank_fn(rank, world):
+        x = torch.ones(4, device=torch.device("tpu", rank))
+        return torch.compile([reduce_sum, reduce_max][rank], backend="tpu")(x).cpu()  # rank 1 reduces otherwise
+
+    with pytest.raises(RuntimeError, match="ranks diverged"):
+        run_counted(rank_fn)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_compiled_dtensor_tensor_parallel_mlp_matches_cpu():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    ref = MLP()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        want = ref(x)
+
+    def rank_fn(rank, world):
+        mesh = init_device_mesh("tpu", (world,))
+        model = parallelize_module(copy.deepcopy(ref).to(torch.device("tpu", rank)), mesh,
+                                   {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        compiled = torch.compile(model, backend="tpu")
+        # Distributing the parameters ran eager collectives: count from after them. Between the
+        # barriers only the compiled forward's collectives can be counted (a barrier counts once
+        # every rank is in it).
+        dist.barrier()
+        before = torch_tpu.metrics()
+        with torch.no_grad():
+            out = compiled(x.to(torch.device("tpu", rank))).cpu()
+        after = torch_tpu.metrics()
+        dist.barrier()
+        return out, {k: after[k] - before[k] for k in _COUNTERS}
+
+    results, _ = run_counted(rank_fn)
+    for out, counted in results:
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        # RowwiseParallel's partial sums: one all_reduce inside the forward's one replicated run.
+        assert counted == {"replicated_graph_runs": 1, "collectives_in_graphs": 1, "collectives_on_device": 0,
+                           "collectives_via_host": 0}
+
+
+def test_compiled_tensor_parallel_llama_matches_cpu():
+    from test_tensor_parallel import tiny_llama, tp_plan
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    ref = tiny_llama()
+    ids = torch.randint(0, 128, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = ref(input_ids=ids).logits
+
+    def rank_fn(rank, world):
+        mesh = init_device_mesh("tpu", (world,))
+        model = parallelize_module(copy.deepcopy(ref).to(torch.device("tpu", rank)), mesh, tp_plan(ref))
+        compiled = torch.compile(model, backend="tpu")
+        dist.barrier()
+        before = torch_tpu.metrics()
+        with torch.no_grad():
+            logits = compiled(input_ids=ids.to(torch.device("tpu", rank))).logits.cpu()
+        after = torch_tpu.metrics()
+        dist.barrier()
+        return logits, {k: after[k] - before[k] for k in _COUNTERS}
+
+    results, _ = run_counted(rank_fn)
+    for logits, counted in results:
+        torch.testing.assert_close(logits, want, atol=1e-5, rtol=1e-5)
+        # Two row-parallel projections per layer, two layers: their all-reduces inside programs.
+        assert counted["collectives_in_graphs"] >= 4
+        assert counted["collectives_on_device"] == 0 and counted["collectives_via_host"] == 0
