@@ -5,7 +5,8 @@ are the compiler's estimates, not measurements; no TPU runs anything.
 
 Workloads: a Transformers Llama (2 layers, hidden 1024, intermediate 2816, 16/4 heads, vocab 32000, f32,
 eager attention, batch 4x512 unless --llama-batch) forward (the loss with labels=ids) and train step
-(forward and backward: the loss and every parameter's gradient, no optimizer), an MLP, a bf16 matmul and
+(forward and backward: the loss and every parameter's gradient, no optimizer), both of a function that
+returns the loss alone (as JAX's does; not the model's logits), an MLP, a bf16 matmul and
 a Diffusers UNet2DConditionModel forward (one denoising step); torch-tpu only: a Mixtral forward with
 the loss (moe-fwd) and one Llama decode step with a static cache (decode), chosen with --only, for --s64.
 
@@ -24,12 +25,18 @@ Columns: programs, GFLOP, HBM GB ("bytes accessed"), modelled ms (the modelled p
 TPU-optimised HLO), pcopy (copies whose operand is an entry parameter), prel (those of them that change
 the parameter's layout: a relayout of an input buffer), and the ratios against JAX's program.
 
+--precision sets the float32 matmul precision of both sides alike (torch.set_float32_matmul_precision and
+JAX's jax_default_matmul_precision): highest (full f32; the default, torch's own), high, default (one bf16
+pass: JAX's own default on TPU, torch's "medium"); native leaves each side at its own default (torch
+highest against JAX default), which is not a comparison of the same program.
+
 --s64 also compiles each torch-tpu program a second time with its 64-bit integer arithmetic rewritten
 to 32 bits (a text rewrite of the StableHLO, for measuring only: s64 -> s32 wherever it appears) and
 prints what 64-bit index arithmetic costs.
 
     python bench/tpu_estimate.py [--topology v5e:2x2|v6e:2x2] [--only llama] [--variants strict,compiled,jax]
-                                 [--llama-batch 4] [--s64] [--json out.json]
+                                 [--llama-batch 4] [--precision highest|high|default|native]
+                                 [--s64] [--json out.json]
 """
 
 import argparse
@@ -48,6 +55,9 @@ import torch_tpu  # noqa: E402
 from torch_tpu import tpu_target  # noqa: E402
 
 VARIANTS = ("strict", "fused", "compiled", "jax")
+# --precision: (torch.set_float32_matmul_precision, jax_default_matmul_precision); None keeps a side's default.
+PRECISIONS = {"highest": ("highest", "highest"), "high": ("high", "high"), "default": ("medium", "default"),
+              "native": (None, None)}
 LLAMA = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=2, num_attention_heads=16,
              num_key_value_heads=4, max_position_embeddings=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
              tie_word_embeddings=False)
@@ -165,14 +175,20 @@ def llama_torch(mode, train, batch):
     model = _llama_model().to("tpu")
     model.train(train)
     ids = _llama_ids(batch).to("tpu")
-    forward = torch.compile(model, backend="tpu") if mode == "compiled" else model
+
+    # The loss alone, as jax_llama.llama_loss returns it: compiling the model itself would add its
+    # logits (batch x 512 x vocab f32) to the forward program's outputs and their zero gradient to
+    # the backward's inputs, work the JAX program does not do.
+    def loss_of(ids):
+        return model(input_ids=ids, labels=ids).loss
+    loss_fn = torch.compile(loss_of, backend="tpu") if mode == "compiled" else loss_of
 
     def step():
         if not train:
             with torch.no_grad():
-                return forward(input_ids=ids, labels=ids).loss
+                return loss_fn(ids)
         model.zero_grad(set_to_none=True)
-        loss = forward(input_ids=ids, labels=ids).loss
+        loss = loss_fn(ids)
         loss.backward()
         return model.lm_head.weight.grad
     return step
@@ -281,12 +297,18 @@ def _s64_rows(rows, topology):
     return out
 
 
-def one_variant(topology, key, variant, batch, s64):
+def one_variant(topology, key, variant, batch, s64, precision):
     name, torch_build, jax_build = workloads(batch)[key]
+    torch_precision, jax_precision = PRECISIONS[precision]
     if variant == "jax":
+        import jax
+        if jax_precision:
+            jax.config.update("jax_default_matmul_precision", jax_precision)
         rows = [tpu_target.compile_module(jax_build(), topology, name="jax")]
         print("RESULT", json.dumps(_sum(rows)))
         return
+    if torch_precision:
+        torch.set_float32_matmul_precision(torch_precision)
     tpu_target.enable(topology)
     step = torch_build(variant)
     torch_tpu.synchronize() if hasattr(torch_tpu, "synchronize") else None
@@ -303,12 +325,12 @@ def one_variant(topology, key, variant, batch, s64):
     print("RESULT", json.dumps(_sum(rows, _s64_rows(rows, topology) if s64 else None)))
 
 
-def run_variant(topology, key, variant, batch, s64):
+def run_variant(topology, key, variant, batch, s64, precision):
     env = dict(os.environ)
     if variant == "fused":
         env["TORCH_TPU_FUSED_COMPILE_AFTER"] = "1"
     cmd = [sys.executable, os.path.abspath(__file__), "--topology", topology, "--one", key, variant,
-           "--llama-batch", str(batch)] + (["--s64"] if s64 else [])
+           "--llama-batch", str(batch), "--precision", precision] + (["--s64"] if s64 else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
@@ -326,26 +348,31 @@ def main():
     p.add_argument("--only", default="llama-fwd,llama-train,mlp,matmul,unet")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--llama-batch", type=int, default=4)
+    p.add_argument("--precision", choices=sorted(PRECISIONS), default="highest")
     p.add_argument("--s64", action="store_true")
     p.add_argument("--json")
     p.add_argument("--one", nargs=2)
     a = p.parse_args()
     if a.one:
-        return one_variant(a.topology, a.one[0], a.one[1], a.llama_batch, a.s64)
+        return one_variant(a.topology, a.one[0], a.one[1], a.llama_batch, a.s64, a.precision)
     variants = a.variants.split(",")
-    print(f"libtpu cost model for {a.topology}: the compiler's estimates, not measurements (no TPU ran anything)")
+    print(f"libtpu cost model for {a.topology}: the compiler's estimates, not measurements (no TPU ran anything); "
+          f"f32 matmul precision {a.precision}" + (" (each side's own default)" if a.precision == "native" else
+                                                    " on both sides"))
     print(f"{'workload':<26} {'variant':<9} {'progs':>5} {'GFLOP':>8} {'HBM GB':>8} {'model ms':>9} {'unmod':>5} "
           f"{'copies':>6} {'pcopy':>5} {'prel':>4} {'GB/JAX':>7} {'ms/JAX':>7}", flush=True)
     results = {}
     table = workloads(a.llama_batch)
     for key in a.only.split(","):
         name, _, jax_build = table[key]
-        jax_t = run_variant(a.topology, key, "jax", a.llama_batch, False) if jax_build and "jax" in variants else None
+        jax_t = (run_variant(a.topology, key, "jax", a.llama_batch, False, a.precision)
+                 if jax_build and "jax" in variants else None)
         for variant in variants:
             if variant == "jax" and jax_t is None:
                 continue
             try:
-                t = jax_t if variant == "jax" else run_variant(a.topology, key, variant, a.llama_batch, a.s64)
+                t = jax_t if variant == "jax" else run_variant(a.topology, key, variant, a.llama_batch, a.s64,
+                                                                a.precision)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"{name:<26} {variant:<9} failed: {str(e)[-300:]}", flush=True)
                 continue
@@ -362,7 +389,8 @@ def main():
                       f"  (s64/s32; {s['errors']} errors)", flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"topology": a.topology, "llama_batch": a.llama_batch, "results": results}, f, indent=1)
+            json.dump({"topology": a.topology, "llama_batch": a.llama_batch, "precision": a.precision,
+                       "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ a small CNN, a tiny Llama (forward, training step, generate() with a static cach
 breaks, recompilation on new shapes (counted with reasons), input mutations, partitions
 around ops without lowerings, errors, and the persistent compilation cache."""
 import copy
+import sys
 import textwrap
 
 import pytest
@@ -331,6 +332,58 @@ def test_views_and_indexing_in_graphs():
     for a, b in zip(got, f(x, idx, src, i, j)):
         assert_close(a.cpu(), b)
     assert delta(before, "compile_partitioned_graphs") == 0
+
+
+def test_outputs_viewing_one_value_share_one_result():
+    # Several outputs viewing a value that is not an output itself: the program returns that value
+    # once and replays each view on it, so the outputs share a storage as in eager.
+    def f(x):
+        y = x.sin() * 2
+        return y.view(-1), y.t(), y[1:].unsqueeze(0), x.cos()
+
+    x = torch.randn(3, 4)
+    got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    for a, b in zip(got, f(x)):
+        assert_close(a.cpu(), b)
+        assert a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+    flat, t, part, _ = got
+    assert flat.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() == part.untyped_storage().data_ptr()
+    flat.add_(1)  # a write through one view is seen by the others, as on CPU
+    assert_close(t.cpu(), f(x)[1] + 1)
+
+
+def test_training_step_saves_one_copy_of_values_its_backward_views_twice(monkeypatch):
+    # softmax(q k^T) @ v saves the probabilities for the softmax's backward and, viewed as 3-D, for
+    # the batched matmul's: the forward program returns them once (a hidden output). A dropout
+    # with p=0 (Transformers' attention in training) is dropped rather than copying them.
+    import torch_tpu.compile  # noqa: F401
+    backend_module = sys.modules["torch_tpu.compile.backend"]
+    programs = []
+
+    def spy(gm, example_inputs=None, kind="graph"):
+        program = compile_fx(gm, example_inputs, kind)
+        programs.append((kind, program))
+        return program
+    compile_fx = backend_module.compile_fx
+    monkeypatch.setattr(backend_module, "compile_fx", spy)
+
+    def attend(q, k, v):
+        p = F.dropout((q @ k.transpose(-1, -2)).softmax(-1), p=0.0, training=True)
+        return (p @ v).sum()
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 8, 4, generator=g, requires_grad=True) for _ in range(3))
+    tq, tk, tv = (t.detach().to("tpu").requires_grad_() for t in (q, k, v))
+    before = counters()
+    torch.compile(attend, backend="tpu")(tq, tk, tv).backward()
+    attend(q, k, v).backward()
+    for a, b in ((tq, q), (tk, k), (tv, v)):
+        assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5)
+    assert delta(before, "compile_zero_dropouts_dropped") == 1
+    forward = [p for kind, p in programs if kind == "forward"]
+    main = next(line for line in forward[-1].graph.module_text.splitlines() if "@main(" in line)
+    results = main.split("->", 1)[1]
+    assert results.count("x8x8xf32>") == 1, main  # the probabilities, once
 
 
 # as_strided_scatter(self, src, size, stride, offset) with self a whole contiguous storage (the

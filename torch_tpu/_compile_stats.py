@@ -14,6 +14,7 @@ COUNTERS = {
     "compile_programs": "FX graphs (forward, backward, inference, or pieces of them) lowered to one program",
     "compile_partitioned_graphs": "FX graphs split because some nodes have no lowering",
     "compile_eager_graph_calls": "calls of a compiled graph that ran eagerly instead",
+    "compile_zero_dropouts_dropped": "dropout calls with p=0 left out of Dynamo graphs (they return their input)",
 }
 KEYED = {
     "compile_recompile_reasons": "why Dynamo recompiled (its first failed guard)",

@@ -63,6 +63,26 @@ def _check_static(gm, example_inputs):
             raise RuntimeError(_DYNAMIC_MESSAGE)
 
 
+def _drop_zero_dropouts(gm):
+    """Removes dropouts with p=0, which return their input (as eager's at::dropout does):
+    Transformers' attention calls dropout(p=0.0) in training, and AOTAutograd would otherwise keep
+    a copy of the probabilities it saves for backward, a second saved tensor of the same values."""
+    dropouts = (torch.nn.functional.dropout, torch.dropout, torch.ops.aten.dropout.default)
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in dropouts or not node.args:
+            continue
+        p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and p == 0:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        gm.recompile()
+        _stats.count("compile_zero_dropouts_dropped", dropped)
+    return gm
+
+
 _aot_backend = None
 
 
@@ -83,6 +103,7 @@ def backend(gm, example_inputs, **kwargs):
     _check_static(gm, example_inputs)
     _note_compile()
     gm = _flex_attention.inline(gm)  # a higher-order op: its dense math, for AOTAutograd to trace
+    gm = _drop_zero_dropouts(gm)
     if _aot_backend is None:
         _aot_backend = aot_autograd(
             fw_compiler=_forward_compiler,

@@ -167,6 +167,7 @@ class _Describer:
         self.inputs, self.nodes, self.order, self.placeholders = [], [], [], []
         self.constants = []  # tensors of get_attr nodes, passed after the placeholders
         self.views = []
+        self.num_outputs = 0  # the graph's outputs; the program may return hidden ones after them
         self.bad = {}  # node -> (reason, kind)
         self.cpu_values = set()  # value ids of 0-d CPU tensors computed by nodes
         self.copy_targets = {}  # copy_ node -> placeholder index it writes
@@ -337,50 +338,69 @@ class _Describer:
                 return False
         return True
 
-    def view_chain(self, node, computed):
-        """The view ops from an input or a computed output to `node`, or None when `node` is not
-        such a view. The program leaves those outputs out; they are replayed as views after it
-        runs, so that they alias what they alias in eager (and cost no device copy)."""
+    def view_chain(self, node):
+        """(root, the view ops from root to `node`) when `node` is a chain of view ops with static
+        arguments over a node that is not a view; else None."""
         chain = []
         while (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
                and node.args and isinstance(node.args[0], torch.fx.Node)
                and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values()))):
             chain.append(node)
             node = node.args[0]
-            if node in computed:
-                return node, chain[::-1]
-            if node.op == "placeholder":
-                index = self.placeholders.index(node)
-                mutated = index in self.copy_targets.values()
-                t = self.inputs[index]
-                # Only a dense input is sure to have its FX strides at run time (compiled_graph.cpp lays
-                # out non-dense results contiguously), which the replayed views rely on.
-                if t is not None and len(t) == 3 and _is_dense(t[1], t[2]) and not mutated:
-                    return node, chain[::-1]
-                return None
-        return None
+        return (node, chain[::-1]) if chain else None
+
+    def replayable_input(self, node):
+        """Whether views of input `node` can be replayed on it after the program runs: only a dense
+        input is sure to have its FX strides at run time (compiled_graph.cpp lays out non-dense
+        results contiguously), and a written one is not the value the views saw."""
+        index = self.placeholders.index(node)
+        t = self.inputs[index]
+        return t is not None and len(t) == 3 and _is_dense(t[1], t[2]) and index not in self.copy_targets.values()
+
+    def returnable(self, node):
+        """Whether the program can return `node`'s value as it is (a dense tpu result from offset 0),
+        so that views of it can be replayed on the program's result."""
+        if node.op != "call_function" or node in self.copy_targets or self.ids.get(node) not in self.valid:
+            return False
+        if self.ids[node] in self.cpu_values or (isinstance(node.target, torch._ops.OpOverload) and node.target.is_view):
+            return False
+        val = _node_val(node)
+        return isinstance(val, torch.Tensor) and val.storage_offset() == 0 and _is_dense(val.shape, val.stride())
 
     def outputs(self, out_arg):
+        """The encoded outputs. Outputs that are views of an input or of a value the program computes
+        are left out and replayed as views after it runs (partition._Program), so that they alias
+        what they alias in eager and cost no device copy. A value that is not an output itself but
+        has several outputs viewing it (the attention probabilities AOTAutograd saves as the
+        softmax's result and as the batched matmul's operand) is returned once, as a hidden output
+        after the graph's own, and each of those outputs is replayed on it."""
         items = list(out_arg) if isinstance(out_arg, (tuple, list)) else [out_arg]
-        # Outputs computed by the program whose layout is exactly their FX layout (dense, from
-        # offset 0): views of them can be replayed on the program's result.
         computed = {}
         for position, x in enumerate(items):
-            if not isinstance(x, torch.fx.Node) or x.op != "call_function" or x in self.copy_targets:
-                continue
-            if isinstance(x.target, torch._ops.OpOverload) and x.target.is_view:
-                continue
-            val = _node_val(x)
-            if isinstance(val, torch.Tensor) and val.storage_offset() == 0 and _is_dense(val.shape, val.stride()):
+            if isinstance(x, torch.fx.Node) and self.returnable(x):
                 computed.setdefault(x, position)
+        chains = {}
+        for position, x in enumerate(items):
+            if isinstance(x, torch.fx.Node) and x not in computed:
+                found = self.view_chain(x)
+                if found is not None:
+                    chains[position] = found
+        viewers = {}
+        for root, _ in chains.values():
+            if root not in computed and self.returnable(root):
+                viewers[root] = viewers.get(root, 0) + 1
+        hidden = [root for root, n in viewers.items() if n > 1]
+        for k, root in enumerate(hidden):
+            computed[root] = len(items) + k
         encoded = []
         self.views = []  # (output position, ("input" | "output", index), view nodes)
         for position, x in enumerate(items):
-            found = self.view_chain(x, computed) if isinstance(x, torch.fx.Node) and x not in computed else None
-            if found is not None:
-                base, chain = found
-                source = ("output", computed[base]) if base in computed else ("input", self.placeholders.index(base))
-                self.views.append((position, source, chain))
+            root, chain = chains.get(position, (None, None))
+            if root is not None and root in computed:
+                self.views.append((position, ("output", computed[root]), chain))
+                encoded.append((_OUT_NONE, 0))
+            elif root is not None and root.op == "placeholder" and self.replayable_input(root):
+                self.views.append((position, ("input", self.placeholders.index(root)), chain))
                 encoded.append((_OUT_NONE, 0))
             elif x is None:
                 encoded.append((_OUT_NONE, 0))
@@ -392,6 +412,8 @@ class _Describer:
                 encoded.append((_OUT_INPUT, self.copy_targets[x]))
             else:
                 encoded.append((_OUT_VALUE, self.tensor_id(x)))
+        self.num_outputs = len(items)
+        encoded.extend((_OUT_VALUE, self.tensor_id(root)) for root in hidden)
         return encoded
 
     def describe(self, name):

@@ -17,12 +17,13 @@ class _Program:
     """A lowered FX graph: runs the compiled program on the graph's inputs (a boxed call:
     one list of tensors), returning its outputs."""
 
-    def __init__(self, graph, gm, name, single_output, constants=(), views=(), kept=None):
+    def __init__(self, graph, gm, name, single_output, constants=(), views=(), kept=None, num_outputs=None):
         self.graph, self.gm, self.name, self.single = graph, gm, name, single_output
         self.kept = kept  # the positions of the inputs the program takes (None: all)
         self.constants = list(constants)
         # Outputs that are views: (position, (source kind, index), [(view op, args, kwargs)...])
         self.views = [(pos, src, [(n.target, n.args[1:], n.kwargs) for n in chain]) for pos, src, chain in views]
+        self.num_outputs = num_outputs  # the graph's; hidden outputs (bases of views) follow them
         self._boxed_call = True  # on the instance: wrappers copy the instance's __dict__
         self._warned = False
 
@@ -46,6 +47,8 @@ class _Program:
             for op, op_args, op_kwargs in chain:
                 t = op(t, *op_args, **op_kwargs)
             out[position] = t
+        if self.num_outputs is not None:
+            del out[self.num_outputs:]
         return out[0] if self.single else tuple(out)
 
 
@@ -101,7 +104,8 @@ def _lower_whole(gm, name, piece=False):
         return None, bad
     out_arg = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     _stats.count("compile_programs")
-    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views, d.kept), {}
+    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views, d.kept,
+                    d.num_outputs), {}
 
 
 def _is_view_like(node):
