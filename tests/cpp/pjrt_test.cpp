@@ -2,7 +2,10 @@
 // execute, serialization, errors, and that nothing leaks.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 
@@ -86,10 +89,72 @@ TEST(PjrtClient, TwoCpuDevices) {
 }
 
 TEST(PjrtClient, DeviceCountOptionIsPassed) {
-  pjrt::Client three(TestPlugin(), 3);
+  pjrt::Client three(TestPlugin(), CpuDevices(3));
   EXPECT_EQ(three.devices().size(), 3u);
-  pjrt::Client one(TestPlugin(), 1);
+  pjrt::Client one(TestPlugin(), CpuDevices(1));
   EXPECT_EQ(one.devices().size(), 1u);
+}
+
+// A store in memory, as the c10d Store is above: the callbacks a plugin calls reach it, and
+// its failures come back as the plugin's errors with their codes.
+class MemoryStore : public pjrt::KeyValueStore {
+ public:
+  void Put(const std::string& key, const std::string& value) override { values_[key] = value; }
+  std::string Get(const std::string& key, std::chrono::milliseconds) override {
+    auto it = values_.find(key);
+    if (it == values_.end()) throw pjrt::KeyValueTimeout("not there");
+    return it->second;
+  }
+  std::optional<std::string> TryGet(const std::string& key) override {
+    auto it = values_.find(key);
+    return it == values_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  std::string Describe() const override { return "memory"; }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+PJRT_Error_Code g_callback_code;
+PJRT_Error* RecordCode(PJRT_Error_Code code, const char*, size_t) {
+  g_callback_code = code;
+  return reinterpret_cast<PJRT_Error*>(&g_callback_code);  // any non-null error
+}
+
+TEST(PjrtClient, KeyValueCallbacksReachTheStore) {
+  MemoryStore store;
+  PJRT_Client_Create_Args create{};
+  pjrt::AttachKeyValueStore(create, &store);
+  PJRT_CallbackError make_error = &RecordCode;
+  std::string value("a\0b", 3);
+  PJRT_KeyValuePutCallback_Args put{};
+  put.key = "k";
+  put.key_size = 1;
+  put.value = value.data();
+  put.value_size = value.size();
+  put.callback_error = &make_error;
+  put.user_arg = create.kv_put_user_arg;
+  ASSERT_EQ(create.kv_put_callback(&put), nullptr);
+  PJRT_KeyValueGetCallback_Args get{};
+  get.key = "k";
+  get.key_size = 1;
+  get.timeout_in_ms = 10;
+  get.callback_error = &make_error;
+  get.user_arg = create.kv_get_user_arg;
+  ASSERT_EQ(create.kv_get_callback(&get), nullptr);
+  EXPECT_EQ(std::string(get.value, get.value_size), value);
+  get.value_deleter_callback(get.value);
+  get.key = "missing";
+  get.key_size = 7;
+  EXPECT_NE(create.kv_get_callback(&get), nullptr);
+  EXPECT_EQ(g_callback_code, PJRT_Error_Code_DEADLINE_EXCEEDED);
+  PJRT_KeyValueTryGetCallback_Args try_get{};
+  try_get.key = "missing";
+  try_get.key_size = 7;
+  try_get.callback_error = &make_error;
+  try_get.user_arg = create.kv_try_get_user_arg;
+  EXPECT_NE(create.kv_try_get_callback(&try_get), nullptr);
+  EXPECT_EQ(g_callback_code, PJRT_Error_Code_NOT_FOUND);
 }
 
 TEST(PjrtClient, MemoryStatsCountBuffersOrSayUnsupported) {

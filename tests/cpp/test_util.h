@@ -28,8 +28,11 @@ inline std::shared_ptr<pjrt::Plugin> TestPlugin() {
 }
 
 // Two CPU devices, so device placement and cross-device copies are tested on one machine.
+// The CPU plugin's client options for `count` devices.
+inline pjrt::ClientOptions CpuDevices(int64_t count) { return {{{"cpu_device_count", count}}, nullptr}; }
+
 inline pjrt::Client& TestClient() {
-  static pjrt::Client* client = new pjrt::Client(TestPlugin(), 2);  // lives until exit
+  static pjrt::Client* client = new pjrt::Client(TestPlugin(), CpuDevices(2));  // lives until exit
   return *client;
 }
 
