@@ -649,6 +649,42 @@ def test_backward_program_compiles_ahead_during_the_forward():
         assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
 
 
+class _SharedSaves(nn.Module):
+    """Saves what a transformer block saves: one normalized input viewed by three projections,
+    probabilities read twice, and weights read transposed."""
+
+    def __init__(self, d):
+        super().__init__()
+        torch.manual_seed(d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        p = (self.q(h) @ self.k(h).transpose(-1, -2)).softmax(-1)
+        return (p @ self.v(h)).square().mean()
+
+
+def test_backward_compiled_ahead_reads_saved_views_as_the_forward_returns_them():
+    # The forward returns views of one value as that value's buffer (a hidden output) and
+    # views of it: the backward compiled ahead must expect those buffers' shapes, or its
+    # first run builds and compiles it again.
+    cpu = _SharedSaves(19)
+    dev = tpu_copy(cpu)
+    x = torch.randn(3, 7, 19)
+    step = torch.compile(lambda m, x: m(x), backend="tpu")
+    before = counters()
+    loss = step(dev, x.to("tpu"))
+    loss.backward()
+    assert delta(before, "compile_ahead_programs") == 2
+    assert delta(before, "compile_ahead_hits") == 2
+    assert delta(before, "compile_ahead_misses") == 0
+    ref = cpu(x)
+    ref.backward()
+    assert_close(loss.detach().cpu(), ref.detach())
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_compile_ahead_off_compiles_at_the_first_run():
     code = textwrap.dedent("""
         import torch, torch_tpu

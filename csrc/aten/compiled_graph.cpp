@@ -234,7 +234,7 @@ class Graph {
   // Builds the program for example inputs (AOTAutograd's fake tensors: their dtypes, sizes,
   // strides, offsets and storages) and compiles it on another thread, so that the first run,
   // whose real inputs usually have that layout, finds it compiled or compiling. Each example is
-  // (cpu_scalar, dtype, sizes, strides, storage_offset, storage id, storage nbytes).
+  // (cpu_scalar, dtype, sizes, strides, storage_offset, storage id, storage nbytes[, buffer dims]).
   // Returns false, compiling nothing, when the examples can't describe the inputs.
   bool CompileAhead(const py::list& examples) {
     // A replicated program compiles for its group's devices, at its first run (the rendezvous).
@@ -253,9 +253,10 @@ class Graph {
       slot.storage_nbytes = e[6].cast<int64_t>();
       slot.storage_elem = ToElemType(slot.dtype);
       slot.geometry.storage_numel = slot.storage_nbytes / static_cast<int64_t>(c10::elementSize(slot.dtype));
-      // The buffer dims are unknown ahead of the run: a dense input was most likely made in its
-      // memory order, and Run lays out those that were not so (ShapeStorageLike).
-      slot.storage_dims = DenseBufferDims(slot.geometry);
+      // Without the buffer's dims, a dense input was most likely made in its memory order, and
+      // Run lays out those that were not so (ShapeStorageLike).
+      slot.storage_dims = e.size() > 7 ? runtime::TpuStorage::ShapedDims(e[7].cast<std::vector<int64_t>>())
+                                       : DenseBufferDims(slot.geometry);
       slots.push_back(std::move(slot));
     }
     shlo::Precision precision = MatmulPrecision();

@@ -167,6 +167,7 @@ class _Describer:
         self.inputs, self.nodes, self.order, self.placeholders = [], [], [], []
         self.constants = []  # tensors of get_attr nodes, passed after the placeholders
         self.views = []
+        self.view_bases = {}
         self.num_outputs = 0  # the graph's outputs; the program may return hidden ones after them
         self.bad = {}  # node -> (reason, kind)
         self.cpu_values = set()  # value ids of 0-d CPU tensors computed by nodes
@@ -392,6 +393,8 @@ class _Describer:
         hidden = [root for root, n in viewers.items() if n > 1]
         for k, root in enumerate(hidden):
             computed[root] = len(items) + k
+        # The values views are replayed on, by output index (the run's buffers have their shapes).
+        self.view_bases = {index: root for root, index in computed.items()}
         encoded = []
         self.views = []  # (output position, ("input" | "output", index), view nodes)
         for position, x in enumerate(items):

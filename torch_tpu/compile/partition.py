@@ -10,7 +10,7 @@ import torch.fx
 
 from .. import _C, _compat
 from .. import _compile_stats as _stats
-from .describe import _HARD, _SOFT, _Describer, _Unsupported, _consumers, _op_name
+from .describe import _HARD, _SOFT, _Describer, _Unsupported, _consumers, _node_val, _op_name
 
 
 class _Program:
@@ -104,8 +104,56 @@ def _lower_whole(gm, name, piece=False):
         return None, bad
     out_arg = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     _stats.count("compile_programs")
-    return _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views, d.kept,
-                    d.num_outputs), {}
+    program = _Program(graph, gm, name, not isinstance(out_arg, (tuple, list)), d.constants, d.views, d.kept,
+                       d.num_outputs)
+    program.output_storages = _output_storages(d, out_arg)
+    return program, {}
+
+
+def _memory_order(sizes, strides):
+    """The dims of a dense tensor's buffer: its sizes outermost first, as compiled_graph.cpp lays
+    a dense result out (storage_layout.cpp's DenseBufferDims)."""
+    return [n for n, _ in sorted(zip(sizes, strides), key=lambda p: -p[1])]
+
+
+def _output_storages(d, out_arg):
+    """Per graph output, the storage it has after a run: ("out", index, buffer dims, nbytes) for
+    a view replayed on a returned or hidden value (and its dtype), ("in", index) for an input or a view of one, and
+    None for a value returned as a buffer of its own. A backward compiled ahead reads its saved
+    tensors through this (_compile_ahead)."""
+    items = list(out_arg) if isinstance(out_arg, (tuple, list)) else [out_arg]
+    found = [None] * len(items)
+    for position, (kind, index), _ in d.views:
+        if kind == "input":
+            found[position] = ("in", index)
+            continue
+        val = _node_val(d.view_bases[index])
+        dims = _memory_order([int(n) for n in val.shape], [int(n) for n in val.stride()])
+        found[position] = ("out", index, dims, val.numel() * val.element_size(), val.dtype)
+    for position, x in enumerate(items):
+        if found[position] is None and isinstance(x, torch.fx.Node) and x in d.placeholders:
+            found[position] = ("in", d.placeholders.index(x))
+    return found
+
+
+class _ForwardOutputs(threading.local):
+    """The last forward compiled on this thread: AOTAutograd lowers its backward next, whose saved
+    tensors are placeholders named as the forward's outputs."""
+    positions = {}  # output node name -> position
+    storages = []  # _output_storages
+    inputs = []  # the forward's example inputs, as its program takes them
+
+
+_forward_outputs = _ForwardOutputs()
+
+
+def _note_forward(program, gm, example_inputs):
+    out_arg = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+    items = list(out_arg) if isinstance(out_arg, (tuple, list)) else [out_arg]
+    _forward_outputs.positions = {x.name: i for i, x in enumerate(items) if isinstance(x, torch.fx.Node)}
+    _forward_outputs.storages = getattr(program, "output_storages", None) or [None] * len(items)
+    taken = example_inputs or []
+    _forward_outputs.inputs = taken if program.kept is None else [taken[i] for i in program.kept]
 
 
 def _is_view_like(node):
@@ -209,20 +257,63 @@ def _compile_ahead(program, example_inputs, kind):
     backward's while the forward still runs, the forward's while Dynamo finishes its guards.
     The first run finds it, or waits for it, unless its inputs are laid out otherwise.
     A forward's examples are Dynamo's copies of the real inputs (views and storages alike).
-    A backward's are AOTAutograd's values of the forward's outputs, whose views share storages
-    where at run time each is a tensor of its own, as the forward program returns it."""
+    A backward's are AOTAutograd's values of the forward's outputs; they are laid out as the
+    forward program returns them (_saved_examples)."""
     if example_inputs is None or not compile_ahead_enabled():
         return
     try:
-        taken = example_inputs if program.kept is None else [example_inputs[i] for i in program.kept]
-        examples = [_example(t, kind == "backward") for t in taken]
+        if kind == "backward":
+            examples = _saved_examples(program)
+        else:
+            taken = example_inputs if program.kept is None else [example_inputs[i] for i in program.kept]
+            examples = [_example(t, False) for t in taken]
         examples += [_example(t, False) for t in program.constants]
     except Exception:  # symbolic sizes, tensor subclasses: compiled at the first run instead
         return
     if all(e is not None for e in examples):
-        if kind == "backward":  # distinct storages: the C++ side tells them apart by id
-            examples = [e if e[0] or e[5] else e[:5] + (i + 1,) + e[6:] for i, e in enumerate(examples)]
         program.graph.compile_ahead(examples)
+
+
+def _saved_examples(program):
+    """A backward's examples as its first run will see them: a saved tensor the forward program
+    returns as a view of a value it returns (or hides) reads that value's buffer, shaped like
+    it, shared with the other views of it; one that is the forward's input, or a view of it,
+    reads that input's storage; any other is a dense buffer of its own (as are the gradients)."""
+    placeholders = list(program.gm.graph.find_nodes(op="placeholder"))
+    taken = placeholders if program.kept is None else [placeholders[i] for i in program.kept]
+    keys = {}
+
+    def storage_id(key):
+        return keys.setdefault(key, len(keys) + 1)  # distinct storages: the C++ side tells them apart by id
+
+    examples = []
+    for node in taken:
+        t = _node_val(node)
+        example = _example(t, True)
+        if example is None or example[0]:
+            examples.append(example)
+            continue
+        position = _forward_outputs.positions.get(node.name)
+        storage = _forward_outputs.storages[position] if position is not None else None
+        sizes, strides, offset = example[2], example[3], int(t.storage_offset())
+        if storage is not None and storage[0] == "out" and storage[4] == t.dtype:
+            _, index, dims, nbytes, _ = storage
+            examples.append((False, t.dtype, sizes, strides, offset, storage_id(storage[:2]), nbytes, dims))
+        elif storage is not None and storage[0] == "in" and _dense_own(_forward_outputs.inputs[storage[1]]):
+            base = _forward_outputs.inputs[storage[1]]
+            dims = _memory_order([int(n) for n in base.shape], [int(n) for n in base.stride()])
+            examples.append((False, t.dtype, sizes, strides, offset, storage_id(storage[:2]),
+                             int(base.untyped_storage().nbytes()), dims))
+        else:
+            examples.append(example[:5] + (storage_id(("own", node.name)),) + example[6:])
+    return examples
+
+
+def _dense_own(t):
+    """Whether `t` is the whole of its storage, dense from offset 0 (its buffer has its shape)."""
+    from .describe import _is_dense
+    return (isinstance(t, torch.Tensor) and t.device.type != "cpu" and t.storage_offset() == 0
+            and _is_dense(t.shape, t.stride()) and t.numel() * t.element_size() == t.untyped_storage().nbytes())
 
 
 def compile_fx(gm, example_inputs=None, kind="graph"):
@@ -233,7 +324,11 @@ def compile_fx(gm, example_inputs=None, kind="graph"):
         return _boxed(gm)
     program, bad = _lower_whole(gm, name)
     if program is not None:
+        if kind == "forward":
+            _note_forward(program, gm, example_inputs)
         _compile_ahead(program, example_inputs, kind)
         return program
+    if kind == "forward":
+        _forward_outputs.positions = {}  # a partitioned forward returns its outputs through eager nodes
     fused = _partition(gm, bad, name)
     return _boxed(fused if fused is not None else gm)
