@@ -12,6 +12,8 @@ the loss (moe-fwd) and one Llama decode step with a static cache (decode), chose
 
 Variants, each in a process of its own (only programs new to a process are compiled and reported):
 - strict: torch-tpu strict eager mode, summed over the per-op programs of one step;
+  every variant counts each program once per run in the step (tpu_target.runs()), so a program
+  compiled but never run adds nothing and one run for each of the two layers counts twice;
 - fused: torch-tpu fused eager mode with TORCH_TPU_FUSED_COMPILE_AFTER=1, the "fused graph" programs
   that run one step (the second of two steps; per-op programs that serve while a graph compiles are left out);
 - compiled: torch.compile(backend="tpu"), every graph of the step (forward and backward);
@@ -20,7 +22,7 @@ Variants, each in a process of its own (only programs new to a process are compi
   (torch_tpu.tpu_target.compile_module). The UNet has no JAX version: Diffusers 0.42 dropped its
   Flax UNet and writing one by hand is a project of its own, so it reports torch-tpu's variants only.
 
-Columns: programs, GFLOP, HBM GB ("bytes accessed"), modelled ms (the modelled part of optimal_seconds;
+Columns: programs, their runs in the step, GFLOP, HBM GB ("bytes accessed"), modelled ms (the modelled part of optimal_seconds;
 `unmod` counts the instructions the model could not estimate), copies (copy instructions in the
 TPU-optimised HLO), pcopy (copies whose operand is an entry parameter), prel (those of them that change
 the parameter's layout: a relayout of an input buffer), and the ratios against JAX's program.
@@ -109,7 +111,7 @@ def _sum(rows, s64_rows=None):
     out = {"gflop": t["gflop"], "gb": t["hbm_mb"] / 1e3, "ms": t["modelled_ms"], "unmod": t["unmodelled"],
            "copies": t["copies"], "param_copies": sum(param_copies(r["optimized_hlo"])[0] for r in rows if r["ok"]),
            "param_relayouts": sum(param_copies(r["optimized_hlo"])[1] for r in rows if r["ok"]),
-           "errors": t["errors"], "programs": t["programs"],
+           "errors": t["errors"], "programs": len({r.get("program_id", id(r)) for r in rows}), "runs": len(rows),
            "error_text": [r["error"].splitlines()[0][:200] for r in rows if not r["ok"] and r["error"]][:3]}
     if s64_rows is not None:
         s = tpu_target.totals(s64_rows)
@@ -117,6 +119,12 @@ def _sum(rows, s64_rows=None):
                       "errors": s["errors"] + sum(1 for r in s64_rows if r.get("s32_error")),
                       "programs_with_s64": sum(1 for r in rows if r.get("has_s64"))}
     return out
+
+
+def per_run(rows, before, after):
+    """One row per run of the measured step: a per-op program that serves both layers counts
+    twice, and a program compiled but not run (one built ahead for other input layouts) not at all."""
+    return [r for r in rows for _ in range(after.get(r["program_id"], 0) - before.get(r["program_id"], 0))]
 
 
 # ---- workloads: each gives a torch step builder and (optionally) a JAX module -----------------------
@@ -284,8 +292,11 @@ def workloads(batch):
 # ---- one variant, in its own process ------------------------------------------------------------------
 
 def _s64_rows(rows, topology):
-    out = []
+    out, done = [], {}
     for r in rows:
+        if r["program_id"] in done:  # a program the step ran again
+            out.append(done[r["program_id"]])
+            continue
         text = r.get("module_text", "")
         r["has_s64"] = bool(re.search(r"tensor<(?:\d+x)*u?i64>", text))
         if not r["has_s64"]:
@@ -293,7 +304,8 @@ def _s64_rows(rows, topology):
             continue
         s32 = tpu_target.compile_module(to_s32(text), topology, name=r["name"])
         # A rewrite libtpu rejects counts as an error and keeps the s64 program's figures.
-        out.append(s32 if s32["ok"] or not r["ok"] else dict(r, ok=True, s32_error=s32["error"]))
+        done[r["program_id"]] = s32 if s32["ok"] or not r["ok"] else dict(r, ok=True, s32_error=s32["error"])
+        out.append(done[r["program_id"]])
     return out
 
 
@@ -316,12 +328,16 @@ def one_variant(topology, key, variant, batch, s64, precision):
     if variant == "fused":
         with torch_tpu.eager_mode("fused"):
             step().cpu()
+            torch_tpu.metrics(wait=True)  # background compiles settled: the next step runs its programs
+            before = tpu_target.runs()
             step().cpu()
         rows = [r for r in tpu_target.report(wait=True, clear=True) if r["name"].startswith("fused graph")]
     else:
+        before = tpu_target.runs()
         with torch_tpu.eager_mode("strict" if variant == "strict" else "fused"):
             step().cpu()
         rows = tpu_target.report(wait=True, clear=True)
+    rows = per_run(rows, before, tpu_target.runs())
     print("RESULT", json.dumps(_sum(rows, _s64_rows(rows, topology) if s64 else None)))
 
 
@@ -359,7 +375,7 @@ def main():
     print(f"libtpu cost model for {a.topology}: the compiler's estimates, not measurements (no TPU ran anything); "
           f"f32 matmul precision {a.precision}" + (" (each side's own default)" if a.precision == "native" else
                                                     " on both sides"))
-    print(f"{'workload':<26} {'variant':<9} {'progs':>5} {'GFLOP':>8} {'HBM GB':>8} {'model ms':>9} {'unmod':>5} "
+    print(f"{'workload':<26} {'variant':<9} {'progs':>5} {'runs':>5} {'GFLOP':>8} {'HBM GB':>8} {'model ms':>9} {'unmod':>5} "
           f"{'copies':>6} {'pcopy':>5} {'prel':>4} {'GB/JAX':>7} {'ms/JAX':>7}", flush=True)
     results = {}
     table = workloads(a.llama_batch)
@@ -379,12 +395,12 @@ def main():
             results[f"{key}/{variant}"] = t
             gb_r = _ratio(t["gb"], jax_t["gb"]) if jax_t else float("nan")
             ms_r = _ratio(t["ms"], jax_t["ms"]) if jax_t else float("nan")
-            print(f"{name:<26} {variant:<9} {t['programs']:>5} {t['gflop']:8.2f} {t['gb']:8.4f} {t['ms']:9.4f} "
+            print(f"{name:<26} {variant:<9} {t['programs']:>5} {t['runs']:>5} {t['gflop']:8.2f} {t['gb']:8.4f} {t['ms']:9.4f} "
                   f"{t['unmod']:>5} {t['copies']:>6} {t['param_copies']:>5} {t['param_relayouts']:>4} {gb_r:7.2f} {ms_r:7.2f}"
                   + (f"  ({t['errors']} errors: {t['error_text']})" if t["errors"] else ""), flush=True)
             if "s32" in t:
                 s = t["s32"]
-                print(f"{'':<26} {'  as s32':<9} {s['programs_with_s64']:>5} {'':>8} {s['gb']:8.4f} {s['ms']:9.4f} "
+                print(f"{'':<26} {'  as s32':<9} {s['programs_with_s64']:>5} {'':>5} {'':>8} {s['gb']:8.4f} {s['ms']:9.4f} "
                       f"{'':>5} {'':>6} {'':>5} {'':>4} {_ratio(t['gb'], s['gb']):7.3f} {_ratio(t['ms'], s['ms']):7.3f}"
                       f"  (s64/s32; {s['errors']} errors)", flush=True)
     if a.json:
