@@ -152,6 +152,12 @@ def _node_val(node):
     return node.meta.get("val", node.meta.get("example_value"))
 
 
+def _opaque(val):
+    """Whether a graph input is an object the program cannot take (a DTensor's DeviceMesh, as a
+    script object), only pass on."""
+    return isinstance(val, (torch.ScriptObject, torch._library.fake_class_registry.FakeScriptObject))
+
+
 class _Describer:
     """Turns an FX graph of ATen ops into the tuple csrc/aten/compiled_graph.cpp reads."""
 
@@ -177,6 +183,7 @@ class _Describer:
         # Positions of the graph inputs the description lists (None: all); unused inputs that are
         # not tensors (DTensor's DeviceMesh) are left out.
         self.kept = None
+        self.all_placeholders = []  # every placeholder, kept or not
 
     def tensor_id(self, node):
         vid = self.ids.get(node)
@@ -407,6 +414,11 @@ class _Describer:
                 encoded.append((_OUT_NONE, 0))
             elif x is None:
                 encoded.append((_OUT_NONE, 0))
+            elif isinstance(x, torch.fx.Node) and x.op == "placeholder" and x not in self.placeholders:
+                # An opaque input returned as it is (the DeviceMesh a DTensor forward saves for
+                # its backward): handed from the call's arguments to its results, never to the program.
+                self.views.append((position, ("arg", self.all_placeholders.index(x)), []))
+                encoded.append((_OUT_NONE, 0))
             elif not isinstance(x, torch.fx.Node):
                 raise _Unsupported(f"a graph output that is not a tensor ({type(x).__name__})")
             elif x.op in ("placeholder", "get_attr") and x in self.placeholders:
@@ -423,8 +435,9 @@ class _Describer:
         out_arg = None
         # Inputs take the first value ids (a fused piece may list its placeholders late).
         placeholders = list(self.gm.graph.find_nodes(op="placeholder"))
+        self.all_placeholders = placeholders
         kept = [i for i, node in enumerate(placeholders)
-                if node.users or isinstance(_node_val(node), torch.Tensor)]
+                if isinstance(_node_val(node), torch.Tensor) or (node.users and not _opaque(_node_val(node)))]
         self.kept = kept if len(kept) < len(placeholders) else None
         for node in (placeholders[i] for i in kept):
             self.placeholders.append(node)

@@ -21,7 +21,8 @@ class _Program:
         self.graph, self.gm, self.name, self.single = graph, gm, name, single_output
         self.kept = kept  # the positions of the inputs the program takes (None: all)
         self.constants = list(constants)
-        # Outputs that are views: (position, (source kind, index), [(view op, args, kwargs)...])
+        # Outputs that are views: (position, (source kind, index), [(view op, args, kwargs)...]);
+        # kind "input": of the program's inputs, "arg": the call's arguments, "output": its results
         self.views = [(pos, src, [(n.target, n.args[1:], n.kwargs) for n in chain]) for pos, src, chain in views]
         self.num_outputs = num_outputs  # the graph's; hidden outputs (bases of views) follow them
         self._boxed_call = True  # on the instance: wrappers copy the instance's __dict__
@@ -43,7 +44,7 @@ class _Program:
             out = self.gm(*args)
             return out
         for position, (kind, index), chain in self.views:
-            t = inputs[index] if kind == "input" else out[index]
+            t = inputs[index] if kind == "input" else args[index] if kind == "arg" else out[index]
             for op, op_args, op_kwargs in chain:
                 t = op(t, *op_args, **op_kwargs)
             out[position] = t
