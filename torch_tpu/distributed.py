@@ -112,23 +112,34 @@ class _RankThreadsShardingPropagation:
     dispatch cache is one per process and its keys hold the default device, not the current one:
     a rank thread was handed fakes cached on another rank's device and raised on tpu:0 and tpu:1
     mixed in one op. So propagations run one at a time (as PyTorch's threaded DTensor tests run
-    them) with that cache off."""
+    them) with that cache off: off for the fake modes made inside (the config) and for the mode
+    of a trace in progress, which DTensor reuses and which read the config when it was made
+    (torch.compile's backward tracing otherwise still mixed the ranks' devices)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._cache_was = None
+        self._tracing_mode = None
 
     def __enter__(self):
         import torch._dynamo.config as dynamo_config
+        from torch._guards import detect_fake_mode
 
         self._lock.acquire()
         self._cache_was = dynamo_config.fake_tensor_cache_enabled
         dynamo_config.fake_tensor_cache_enabled = False
+        mode = detect_fake_mode()
+        if mode is not None and mode.cache_enabled:
+            self._tracing_mode = mode
+            mode.cache_enabled = False
         return self
 
     def __exit__(self, *exc):
         import torch._dynamo.config as dynamo_config
 
+        if self._tracing_mode is not None:
+            self._tracing_mode.cache_enabled = True
+            self._tracing_mode = None
         dynamo_config.fake_tensor_cache_enabled = self._cache_was
         self._lock.release()
         return False
