@@ -263,3 +263,34 @@ def test_compiled_tensor_parallel_mlp_training_matches_cpu(make_opt):
         # backward's (ColwiseParallel's input gradient), each inside a replicated program.
         assert counted == {"replicated_graph_runs": 2 * 2, "collectives_in_graphs": 2 * 2, "collectives_on_device": 0,
                            "collectives_via_host": 0, "cpu_fallbacks": 0}
+
+
+def _causal_lm_loss(model, batch):
+    (ids,) = batch
+    return model(input_ids=ids, labels=ids).loss
+
+
+def test_compiled_tensor_parallel_llama_training_matches_cpu():
+    from test_tensor_parallel import tiny_llama, tp_plan
+
+    ref = tiny_llama().train()
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 128, (2, 10), generator=gen),) for _ in range(3)]
+
+    def make_opt(ps):
+        return torch.optim.AdamW(ps, lr=1e-3, foreach=False)
+
+    want_losses, want_params = _train_on_cpu(ref, batches, make_opt, _causal_lm_loss)
+    results = _train_tensor_parallel(ref, tp_plan(ref), batches, make_opt, _causal_lm_loss, steps_counted=(1, 2))
+    for losses, params, counted in results:
+        torch.testing.assert_close(torch.stack(losses), torch.stack(want_losses), atol=1e-5, rtol=1e-5)
+        assert params.keys() == want_params.keys()
+        for name, want in want_params.items():
+            torch.testing.assert_close(params[name], want, atol=1e-5, rtol=1e-5, msg=name)
+        # Each counted step: one replicated forward and one replicated backward. Per layer, the
+        # forward all-reduces the two row-parallel projections' partial sums and the backward at
+        # least the input gradients of the column-parallel ones (attention's and the MLP's).
+        assert counted["replicated_graph_runs"] == 2 * 2, counted
+        assert counted["collectives_in_graphs"] >= 2 * (2 * 2 + 2 * 2), counted
+        assert counted["collectives_on_device"] == 0 and counted["collectives_via_host"] == 0, counted
+        assert counted["cpu_fallbacks"] == 0, counted
