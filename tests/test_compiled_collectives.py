@@ -82,6 +82,54 @@ def test_all_gather_reduce_scatter_and_all_reduce_ops():
                        "collectives_via_host": 0}
 
 
+def exchange(x, group):
+    even = funcol.all_to_all_single(x * 2, None, None, group)
+    split = funcol.all_to_all_single(x.t().contiguous(), [3, 3], [3, 3], group)  # equal split sizes given
+    return even + 1, split
+
+
+def _all_to_all(parts, rank):
+    """What rank `rank` receives: part `rank` of every rank's parts, by rank."""
+    return torch.cat([p[rank] for p in parts])
+
+
+def test_all_to_all_single_is_one_stablehlo_all_to_all():
+    xs = [torch.arange(24.0).reshape(4, 6) + 100 * r for r in range(2)]
+
+    def rank_fn(rank, world):
+        out = torch.compile(exchange, backend="tpu")(xs[rank].to(torch.device("tpu", rank)), dist.group.WORLD)
+        return [t.cpu() for t in out]
+
+    results, counted = run_counted(rank_fn)
+    for rank, (even, split) in enumerate(results):
+        torch.testing.assert_close(even, _all_to_all([(x * 2).split(2) for x in xs], rank) + 1)
+        torch.testing.assert_close(split, _all_to_all([x.t().split(3) for x in xs], rank))
+    assert counted == {"replicated_graph_runs": 1, "collectives_in_graphs": 2, "collectives_on_device": 0,
+                       "collectives_via_host": 0}
+
+
+def test_uneven_all_to_all_single_runs_eagerly_on_the_devices():
+    # Rank 0 sends 1 row to itself and 3 to rank 1; rank 1 sends 2 and 2. Results differ in shape
+    # by rank: no one replicated program, so the all_to_all runs on its own (padded, on the devices).
+    sends = [[1, 3], [2, 2]]
+    xs = [torch.arange(12.0).reshape(4, 3) + 100 * r for r in range(2)]
+
+    def uneven(x, out_splits, in_splits):
+        return funcol.all_to_all_single(x + 1, out_splits, in_splits, dist.group.WORLD) * 2
+
+    def rank_fn(rank, world):
+        out_splits = [sends[0][rank], sends[1][rank]]
+        # dynamic=False: the ranks share Dynamo's cache, and another rank's split sizes would
+        # otherwise make them symbolic.
+        return torch.compile(uneven, backend="tpu", dynamic=False)(xs[rank].to(torch.device("tpu", rank)), out_splits,
+                                                   sends[rank]).cpu()
+
+    results, counted = run_counted(rank_fn)
+    for rank, got in enumerate(results):
+        torch.testing.assert_close(got, _all_to_all([(x + 1).split(s) for x, s in zip(xs, sends)], rank) * 2)
+    assert counted["collectives_in_graphs"] == 0 and counted["collectives_via_host"] == 0, counted
+
+
 def test_ranks_with_different_programs_raise_on_every_rank():
     def reduce_sum(t):
         return funcol.all_reduce(t, "sum", dist.group.WORLD)

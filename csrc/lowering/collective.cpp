@@ -84,6 +84,32 @@ std::vector<Value> LowerReduceScatterTensor(Ctx& ctx, const Args& a) {
   return {Averaged(ctx, reduce_op, r)};
 }
 
+// Whether `splits` (an all_to_all_single's split sizes) are equal parts of `rows`: empty, or n
+// times rows / n.
+bool EqualSplits(const std::vector<int64_t>& splits, int64_t rows, int n) {
+  if (splits.empty()) return true;
+  if (static_cast<int>(splits.size()) != n) return false;
+  for (int64_t s : splits)
+    if (s * n != rows) return false;
+  return true;
+}
+
+// all_to_all_single(Tensor input, SymInt[] output_split_sizes, SymInt[] input_split_sizes, str group_name):
+// rank r's dim 0 in n equal parts, part j to rank j; its result is part r of every rank, by rank.
+// Uneven parts give ranks results of different shapes, which one replicated program cannot
+// have: those run eagerly (device_collectives.cpp pads them to the largest part).
+std::vector<Value> LowerAllToAllSingle(Ctx& ctx, const Args& a) {
+  int n = Replicas(ctx);
+  Value x = ConvertTo(ctx, a.tensor(0), ctx.out().elem);
+  int64_t rows = x.type.dims.empty() ? 1 : x.type.dims[0];
+  if (x.type.dims.empty() || rows % n != 0 || x.type.dims != ctx.out().dims ||
+      !EqualSplits(a.ints(1), rows, n) || !EqualSplits(a.ints(2), rows, n))
+    throw Unsupported("an all_to_all_single whose parts are not equal across the group");
+  return {ctx.b.Op1("stablehlo.all_to_all", {x}, ctx.out(),
+                    "split_dimension = 0 : i64, concat_dimension = 0 : i64, split_count = " + std::to_string(n) +
+                        " : i64, " + ReplicaGroups(n))};
+}
+
 // wait_tensor(Tensor tensor): inside one program the collective is complete where it is read.
 std::vector<Value> LowerWaitTensor(Ctx& ctx, const Args& a) {
   Replicas(ctx);
@@ -106,6 +132,7 @@ std::string WithReplicas(const std::string& module_text, int replicas) {
 
 TPU_GRAPH_LOWERING("_c10d_functional::all_gather_into_tensor", LowerAllGatherIntoTensor);
 TPU_GRAPH_LOWERING("_c10d_functional::all_reduce", LowerAllReduce);
+TPU_GRAPH_LOWERING("_c10d_functional::all_to_all_single", LowerAllToAllSingle);
 TPU_GRAPH_LOWERING("_c10d_functional::reduce_scatter_tensor", LowerReduceScatterTensor);
 TPU_GRAPH_LOWERING("_c10d_functional::wait_tensor", LowerWaitTensor);
 

@@ -124,6 +124,7 @@ def _fetch_attr(gm, target):
 # Functional collectives a program can hold: the position of each one's group_name argument.
 _COLLECTIVE_GROUP_ARG = {
     "_c10d_functional::all_reduce": 2,
+    "_c10d_functional::all_to_all_single": 3,
     "_c10d_functional::all_gather_into_tensor": 2,
     "_c10d_functional::reduce_scatter_tensor": 3,
 }
