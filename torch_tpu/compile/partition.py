@@ -125,6 +125,8 @@ def _output_storages(d, out_arg):
     items = list(out_arg) if isinstance(out_arg, (tuple, list)) else [out_arg]
     found = [None] * len(items)
     for position, (kind, index), _ in d.views:
+        if kind == "arg":  # an opaque object passed on (a DeviceMesh): no storage
+            continue
         if kind == "input":
             found[position] = ("in", index)
             continue
