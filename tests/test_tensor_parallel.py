@@ -116,3 +116,61 @@ def test_from_pretrained_tp_plan_auto_matches_cpu(tmp_path, monkeypatch):
     assert after["collectives_via_host"] == before["collectives_via_host"]
     # The forward and three decoding steps, each with its row-parallel all-reduces per layer.
     assert after["collectives_on_device"] - before["collectives_on_device"] >= 4 * 2 * 2
+
+
+def test_fused_decode_step_runs_one_graph_per_segment_between_collectives():
+    """Fused mode keeps one open graph per device: each rank's ops between two all-reduces run as
+    one program, whatever the other rank threads do meanwhile (one graph for the process made the
+    ranks cut each other's graphs, and a step ran 67-100 programs, mostly op by op)."""
+    import threading
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    ref = tiny_llama()
+    ids = torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(2))
+    barrier = threading.Barrier(2)
+    marks = {}
+
+    def mark(rank, name):
+        torch.tpu.synchronize()
+        barrier.wait()
+        if rank == 0:
+            marks[name] = torch_tpu.metrics(wait=True)  # background compiles settled
+        barrier.wait()
+
+    def rank_fn(rank, world):
+        model = parallelize_module(copy.deepcopy(ref).to(torch.device("tpu", rank)), init_device_mesh("tpu", (world,)),
+                                   tp_plan(ref))
+
+        def decode(cache, token):
+            out = model(input_ids=token, past_key_values=cache, use_cache=True)
+            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            cache.crop(-1)  # every step decodes the same position: the same graphs
+            token.cpu()
+            return cache, token
+
+        with torch.no_grad(), torch_tpu.eager_mode("fused"):
+            out = model(input_ids=ids.to(torch.device("tpu", rank)), use_cache=True)
+            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            for _ in range(4):
+                cache, token = decode(cache, token)
+                mark(rank, "warm")
+            mark(rank, "start")
+            cache, token = decode(cache, token)
+            mark(rank, "end")
+        return token.cpu()
+
+    tokens = run_in_threads(rank_fn, 2)
+    assert torch.equal(tokens[0], tokens[1])
+    start, end = marks["start"], marks["end"]
+    delta = {k: end[k] - start[k] for k in ("executions", "fused_graphs_run", "fused_graphs_op_by_op",
+                                            "collectives_on_device")}
+    causes = {k: v - start["host_syncs_by_cause"].get(k, 0) for k, v in end["host_syncs_by_cause"].items()}
+    assert causes.get("fused graph: another device", 0) == 0, causes
+    collectives = delta["collectives_on_device"]  # one per all-reduce of the group (2 layers x 2)
+    assert collectives == 4, delta
+    # Each rank: one graph before, between and after its all-reduces; the step's graphs all warm.
+    assert delta["fused_graphs_run"] <= 2 * (collectives + 1), delta
+    assert delta["fused_graphs_op_by_op"] == 0, delta
+    assert delta["executions"] == delta["fused_graphs_run"] + collectives, delta

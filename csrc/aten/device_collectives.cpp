@@ -75,7 +75,7 @@ pjrt::BufferPtr Operand(const at::Tensor& t) {
     flat = flat.clone(at::MemoryFormat::Contiguous);
     s = StorageOf(flat);
   }
-  if (s->pending) runtime::Executor::Get().Flush("collective");
+  if (s->pending) runtime::Executor::Get().FlushFor(*s, "collective");
   RaiseChecksOf(s);
   return s->Materialize(elem);
 }

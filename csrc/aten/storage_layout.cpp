@@ -42,7 +42,7 @@ bool ShapeStorageLike(const at::Tensor& t) {
   at::Tensor copy = at::empty_strided(t.sizes(), t.strides(), t.options());
   copy.copy_(t);
   TpuStorage* c = StorageOf(copy);
-  if (c->pending) runtime::Executor::Get().Flush("relayout of a storage");
+  if (c->pending) runtime::Executor::Get().FlushFor(*c, "relayout of a storage");
   pjrt::BufferPtr buffer;
   std::vector<int64_t> dims;
   {

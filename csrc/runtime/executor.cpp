@@ -44,7 +44,7 @@ const pjrt::ExecutablePtr& Program::Compiled() {
   return exe_;
 }
 
-Executor::Executor() : graph_(new FusedGraph()) {}
+Executor::Executor() = default;
 
 Executor& Executor::Get() {
   static Executor* executor = new Executor();  // never destroyed: storages may outlive statics
@@ -56,16 +56,40 @@ void Executor::SetMode(Mode mode) {
   mode_ = static_cast<int>(mode);
 }
 
+Executor::DeviceGraph& Executor::GraphOf(int device) {
+  std::lock_guard<std::mutex> lock(graphs_mu_);
+  std::unique_ptr<DeviceGraph>& g = graphs_[device];
+  if (!g) {
+    g = std::make_unique<DeviceGraph>();
+    g->graph = std::make_unique<FusedGraph>();
+  }
+  return *g;
+}
+
+std::vector<Executor::DeviceGraph*> Executor::Graphs() {
+  std::lock_guard<std::mutex> lock(graphs_mu_);
+  std::vector<DeviceGraph*> all;
+  for (auto& [device, g] : graphs_) all.push_back(g.get());
+  return all;
+}
+
 void Executor::Submit(const Request& request) {
   if (mode() != Mode::kFused) {
     Run(request);
     return;
   }
-  GraphLock lock(graph_mu_);
-  if (!graph_->empty() && graph_->device() != request.device) graph_->Flush("another device");
-  graph_->Record(request);
+  // A value this op reads that another device's graph computes is computed first, before this
+  // graph's lock is taken: recording must never hold one graph's lock while waiting for another's.
+  for (const ParamSource& src : request.program->params)
+    if (src.kind == ParamSource::Storage) {
+      const TpuStorage* s = request.storages[src.slot];
+      if (s->pending && s->device != request.device) FlushFor(*s, "read of another device's value");
+    }
+  DeviceGraph& g = GraphOf(request.device);
+  GraphLock lock(g.mu);
+  g.graph->Record(request);
   GetMetrics().ops_recorded++;
-  if (static_cast<int64_t>(graph_->num_ops()) >= FusedOpLimit()) graph_->Flush("op limit");
+  if (static_cast<int64_t>(g.graph->num_ops()) >= FusedOpLimit()) g.graph->Flush("op limit");
 }
 
 CheckSet Executor::InputChecks(const Request& request) {
@@ -158,10 +182,24 @@ std::vector<pjrt::BufferPtr> Executor::Land(const Request& request, std::vector<
 }
 
 void Executor::Flush(const char* cause) {
-  GraphLock lock(graph_mu_);
-  graph_->Flush(cause);
+  for (DeviceGraph* g : Graphs()) {
+    GraphLock lock(g->mu);
+    g->graph->Flush(cause);
+  }
 }
 
+void Executor::FlushDevice(int device, const char* cause) {
+  DeviceGraph& g = GraphOf(device);
+  GraphLock lock(g.mu);
+  g.graph->Flush(cause);
+}
+
+void Executor::FlushFor(const TpuStorage& s, const char* cause) {
+  FlushDevice(s.device, cause);
+  // A pending value is recorded by a program of its storage's device; should one ever come
+  // from another device's graph, every graph runs rather than a stale value being read.
+  if (s.pending) Flush(cause);
+}
 
 void Executor::Sync(const char* cause) { Flush(cause); }
 

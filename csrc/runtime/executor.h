@@ -1,12 +1,14 @@
 // The Executor runs Programs (DESIGN.md "One op, three ways to run it"): debug waits after
 // every op; strict runs one program per op asynchronously; fused records requests into the
-// open graph and runs it as one program at a sync point. It owns that graph, the device
-// buffers of scalar parameters, and the device-side asserts waiting for a sync.
+// open graph of their device and runs it as one program at a sync point. It owns those graphs,
+// the device buffers of scalar parameters, and the device-side asserts waiting for a sync.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -54,8 +56,11 @@ class Executor {
   // Runs the request now, whatever the mode; returns the program's results (awaited in
   // debug mode). The caller's storages receive the new values.
   std::vector<pjrt::BufferPtr> Run(const Request& request);
-  // Starts the open fused graph (asynchronously; the host does not wait).
+  // Starts every device's open fused graph (asynchronously; the host does not wait).
   void Flush(const char* cause);
+  // Starts the open graph that computes `s`'s pending value (its device's), and only that one:
+  // a rank thread reading its own value must not cut the graphs the other ranks are recording.
+  void FlushFor(const TpuStorage& s, const char* cause);
   // A synchronisation point: runs the open graph. Failed device checks are not raised here:
   // they belong to the values they guard (device_checks.h), raised when those are read.
   void Sync(const char* cause);
@@ -69,7 +74,7 @@ class Executor {
   // serves every program that takes it. `upload` makes the buffer on a miss.
   pjrt::BufferPtr ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload);
 
-  // Whether this thread holds the open graph's lock (recording or flushing). A wait then is not
+  // Whether this thread holds an open graph's lock (recording or flushing). A wait then is not
   // interrupted (long_wait.h): the interrupt check takes the GIL, which a thread blocked on this
   // lock may hold.
   static bool HoldsGraph();
@@ -80,10 +85,20 @@ class Executor {
   std::vector<pjrt::BufferPtr> RunReplicatedProgram(const Request& request);
   // Hands a run's results to the request's storages, guarded by `guards` and the program's checks.
   std::vector<pjrt::BufferPtr> Land(const Request& request, std::vector<pjrt::BufferPtr> outs, CheckSet guards);
+  // One open graph per device, each with its lock. One graph for the whole process made the rank
+  // threads of an in-process group (one device each) cut each other's graphs at every switch
+  // of device ("another device"), so a tensor-parallel step's flush points, and hence its graph
+  // structures, depended on thread timing: structures rarely repeated and ran op by op.
+  struct DeviceGraph {
+    std::recursive_mutex mu;
+    std::unique_ptr<FusedGraph> graph;
+  };
+  DeviceGraph& GraphOf(int device);
+  std::vector<DeviceGraph*> Graphs();
+  void FlushDevice(int device, const char* cause);
   std::atomic<int> mode_{static_cast<int>(Mode::kFused)};  // the default: passes the suite, fastest
-  // One open graph per process; eager dispatch holds the GIL, the lock covers other threads.
-  std::recursive_mutex graph_mu_;
-  FusedGraph* graph_;
+  std::mutex graphs_mu_;  // guards the map; each graph has its own lock
+  std::map<int, std::unique_ptr<DeviceGraph>> graphs_;
   std::mutex scalar_mu_;
   std::unordered_map<ScalarKey, pjrt::BufferPtr, ScalarKeyHash> scalar_buffers_;
 };

@@ -23,8 +23,10 @@ struct FusedProgram {
   pjrt::ExecutablePtr exe;  // set before state becomes kReady
   CompileTicket ticket;     // while compiling in the background
   // Flushes of this structure that ran op by op (before and while it compiled); reported in
-  // torch_tpu.metrics() when its whole program first runs. Flushes are serialised (the
-  // executor's graph lock), so plain fields.
+  // torch_tpu.metrics() when its whole program first runs. Each device has its own graph and
+  // lock, and the rank threads of a group flush the same structure on their devices at once:
+  // `mu` guards these fields and the ticket.
+  std::mutex mu;
   int64_t op_by_op_runs = 0;
   int64_t waits_while_compiling = 0;
   double op_by_op_s = 0;  // time those flushes spent running op by op since the compile was queued
@@ -186,17 +188,21 @@ void FusedGraph::Flush(const char* cause) {
       hot = seen >= FusedCompileAfter();
     }
   }
-  if (fused && fused->state.load(std::memory_order_acquire) == FusedProgram::kCompiling && fused->ticket &&
-      WaitForCompile(*fused)) {
+  CompileTicket finish;
+  if (fused && fused->state.load(std::memory_order_acquire) == FusedProgram::kCompiling) {
+    std::lock_guard<std::mutex> lock(fused->mu);
+    if (fused->ticket && WaitForCompile(*fused)) finish = std::move(fused->ticket);
+  }
+  if (finish) {
     metrics.fused_compile_waits++;
-    FinishNow(fused->ticket);  // sets the state
-    fused->ticket.reset();
+    FinishNow(finish);  // sets the state
   }
   if (fused && fused->state.load(std::memory_order_acquire) != FusedProgram::kReady) {
     metrics.fused_graphs_op_by_op++;  // still compiling in the background, or it failed to
-    fused->op_by_op_runs++;
     auto start = std::chrono::steady_clock::now();
     RunOneByOne(outputs, targets);
+    std::lock_guard<std::mutex> lock(fused->mu);
+    fused->op_by_op_runs++;
     fused->op_by_op_s += SecondsSince(start);
     return;
   }
@@ -230,6 +236,7 @@ void FusedGraph::Flush(const char* cause) {
       metrics.fused_graphs_op_by_op++;
       auto start = std::chrono::steady_clock::now();
       RunOneByOne(outputs, targets);
+      std::lock_guard<std::mutex> lock(fused->mu);
       fused->op_by_op_s += SecondsSince(start);
       return;
     }
@@ -242,9 +249,12 @@ void FusedGraph::Flush(const char* cause) {
     g_fused[key_] = fused;
     if (hot) metrics.fused_graphs_compiled++;
   }
-  if (!fused->switched) {
-    fused->switched = true;
-    metrics.CountFusedSwitch(fused->op_by_op_runs);
+  {
+    std::lock_guard<std::mutex> lock(fused->mu);
+    if (!fused->switched) {
+      fused->switched = true;
+      metrics.CountFusedSwitch(fused->op_by_op_runs);
+    }
   }
   Runtime& rt = Runtime::Get();
   rt.AwaitRoom(device_);
@@ -293,7 +303,7 @@ void FusedGraph::CompileLater(std::string module, const std::string& what, std::
     std::lock_guard<std::mutex> lock(g_fused_mu);
     g_fused[key_] = fused;
   }
-  fused->ticket = CompileInBackground(
+  CompileTicket ticket = CompileInBackground(
       std::move(module), what,
       [fused](pjrt::ExecutablePtr exe, double seconds) {
         bool ok = static_cast<bool>(exe);
@@ -305,6 +315,8 @@ void FusedGraph::CompileLater(std::string module, const std::string& what, std::
         fused->state.store(ok ? FusedProgram::kReady : FusedProgram::kFailed, std::memory_order_release);
       },
       std::move(detail));
+  std::lock_guard<std::mutex> lock(fused->mu);
+  fused->ticket = std::move(ticket);
 }
 
 // The recorded calls, each through its own op's program; on a failure every value not yet

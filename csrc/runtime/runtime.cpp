@@ -57,7 +57,7 @@ PJRT_Buffer_Type ToPjrt(shlo::ElemType t) {
 }
 
 pjrt::BufferPtr TpuStorage::Materialize(shlo::ElemType elem_if_new) {
-  if (pending) Executor::Get().Flush("read of a pending value");
+  if (pending) Executor::Get().FlushFor(*this, "read of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   if (!error.empty()) throw std::runtime_error(error);
   if (buffer) return buffer;
@@ -77,7 +77,7 @@ std::vector<int64_t> TpuStorage::ShapedDims(const std::vector<int64_t>& buffer_d
 
 void TpuStorage::Assign(pjrt::BufferPtr b, shlo::ElemType e, CheckSet guards, const std::vector<int64_t>& buffer_dims) {
   // The open graph would later overwrite this value with a stale one: run it first.
-  if (pending) Executor::Get().Flush("overwrite of a pending value");
+  if (pending) Executor::Get().FlushFor(*this, "overwrite of a pending value");
   std::lock_guard<std::mutex> lock(mu);
   buffer = std::move(b);
   elem = e;
@@ -133,13 +133,13 @@ void TpuStorage::MarkFailed(const std::string& message) {
 }
 
 void TpuStorage::ReadBytes(void* dst) const {
-  if (pending) Executor::Get().Flush("device to host");
+  if (pending) Executor::Get().FlushFor(*this, "device to host");
   RaiseChecks();
   ReadBytesUnchecked(dst);
 }
 
 void TpuStorage::ReadBytesUnchecked(void* dst) const {
-  if (pending) Executor::Get().Flush("device to host");
+  if (pending) Executor::Get().FlushFor(*this, "device to host");
   pjrt::BufferPtr b;
   {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu));
