@@ -342,3 +342,145 @@ def test_compiled_tensor_parallel_llama_training_matches_cpu():
         assert counted["collectives_in_graphs"] >= 2 * (2 * 2 + 2 * 2), counted
         assert counted["collectives_on_device"] == 0 and counted["collectives_via_host"] == 0, counted
         assert counted["cpu_fallbacks"] == 0, counted
+
+
+# A 2-D DeviceMesh of four rank threads, mesh [[0, 1], [2, 3]]: "dp" groups {0, 2} and {1, 3},
+# "tp" groups {0, 1} and {2, 3}. A graph holding collectives of both runs as one program
+# replicated over the world, each collective over its own group's replicas. The suite's
+# processes have two devices: with fewer than four, the checks run in a process of four.
+_MESH_WORLD = 4
+
+
+def _mesh_groups(rank):
+    """(dp group, tp group) of `rank`, as world ranks in each group's rank order."""
+    dp_rank, tp_rank = divmod(rank, 2)
+    return [tp_rank, tp_rank + 2], [2 * dp_rank, 2 * dp_rank + 1]
+
+
+def _in_mesh_process(check):
+    """Runs `check` (a function of this module) here with four devices, else in a process of four."""
+    if torch.tpu.device_count() >= _MESH_WORLD:
+        check()
+        return
+    import os
+
+    from conftest import run_python
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = f"import sys; sys.path.insert(0, {tests!r}); import test_compiled_collectives as t; t.{check.__name__}()"
+    done = run_python(code, env={"TORCH_TPU_NUM_DEVICES": str(_MESH_WORLD)}, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+def _mesh_counted(fn):
+    """Runs fn(rank, mesh, dev) on the four ranks of a 2x2 mesh; per rank: its result and the
+    counters of what ran between two barriers around it."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    def rank_fn(rank, world):
+        mesh = init_device_mesh("tpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        dist.barrier()
+        before = torch_tpu.metrics()
+        out = fn(rank, mesh, torch.device("tpu", rank))
+        after = torch_tpu.metrics()
+        dist.barrier()
+        return out, {k: after[k] - before[k] for k in _COUNTERS}
+
+    torch._dynamo.reset()
+    return run_in_threads(rank_fn, _MESH_WORLD)
+
+
+def tp_then_dp(x, w, tp, dp):
+    y = funcol.all_reduce(x @ w, "sum", tp)              # the tp group's partial sums
+    gathered = funcol.all_gather_tensor(y, 0, dp)        # then both dp ranks' rows, by dp rank
+    scattered = funcol.reduce_scatter_tensor(gathered * 2, "sum", 0, tp)
+    averaged = funcol.all_reduce(torch.tanh(y), "avg", dp)
+    return y, gathered, scattered, averaged
+
+
+def _check_two_groups_in_one_program():
+    torch.manual_seed(0)
+    xs = [torch.randn(4, 8) for _ in range(_MESH_WORLD)]
+    ws = [torch.randn(8, 6) for _ in range(_MESH_WORLD)]
+    steps = 2
+
+    def rank_fn(rank, mesh, dev):
+        compiled = torch.compile(tp_then_dp, backend="tpu")
+        tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+        return [[t.cpu() for t in compiled(xs[rank].to(dev), ws[rank].to(dev), tp, dp)] for _ in range(steps)]
+
+    results = _mesh_counted(rank_fn)
+    ys = [sum(xs[s] @ ws[s] for s in _mesh_groups(r)[1]) for r in range(_MESH_WORLD)]
+    for rank, (outs, counted) in enumerate(results):
+        dp_ranks, tp_ranks = _mesh_groups(rank)
+        gathered = torch.cat([ys[s] for s in dp_ranks])
+        scattered = sum(torch.cat([ys[d] for d in _mesh_groups(s)[0]]) * 2 for s in tp_ranks)
+        averaged = sum(torch.tanh(ys[s]) for s in dp_ranks) / 2
+        for y, g, s, a in outs:
+            torch.testing.assert_close(y, ys[rank])
+            torch.testing.assert_close(g, gathered)
+            torch.testing.assert_close(s, scattered.chunk(2)[tp_ranks.index(rank)])
+            torch.testing.assert_close(a, averaged)
+        # Each step: one run of one program over the four devices, holding the four collectives.
+        assert counted == {"replicated_graph_runs": steps, "collectives_in_graphs": 4 * steps,
+                           "collectives_on_device": 0, "collectives_via_host": 0}, (rank, counted)
+
+
+def test_collectives_of_two_mesh_groups_are_one_program():
+    _in_mesh_process(_check_two_groups_in_one_program)
+
+
+def mlp_train_step(x, y, w_up, w_down, lr, tp, dp):
+    """One SGD step of a tanh MLP, tensor-parallel over `tp` (w_up column shards, w_down row
+    shards, Megatron style) and data-parallel over `dp`, gradients written out by hand: the
+    forward's all_reduce over tp and the gradients' over dp are in one graph."""
+    h = torch.tanh(x @ w_up)
+    out = funcol.all_reduce(h @ w_down, "sum", tp)
+    loss = ((out - y) ** 2).mean()
+    d_out = 2 * (out - y) / out.numel()
+    d_down = funcol.all_reduce(h.t() @ d_out, "avg", dp)
+    d_pre = (d_out @ w_down.t()) * (1 - h * h)
+    d_up = funcol.all_reduce(x.t() @ d_pre, "avg", dp)
+    w_up.sub_(lr * d_up)
+    w_down.sub_(lr * d_down)
+    return funcol.all_reduce(loss, "avg", dp)
+
+
+def _check_tp_dp_mlp_training():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), torch.nn.Tanh(), torch.nn.Linear(16, 8, bias=False))
+    batches = [(torch.randn(8, 8), torch.randn(8, 8)) for _ in range(3)]  # each dp rank takes 4 rows
+    lr = 0.1
+    want_losses = []
+    opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    w_up, w_down = ref[0].weight.detach().t().clone(), ref[2].weight.detach().t().clone()
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(ref(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        want_losses.append(loss.detach())
+
+    def rank_fn(rank, mesh, dev):
+        dp_rank, tp_rank = divmod(rank, 2)
+        up = w_up.chunk(2, dim=1)[tp_rank].contiguous().to(dev)
+        down = w_down.chunk(2, dim=0)[tp_rank].contiguous().to(dev)
+        step = torch.compile(mlp_train_step, backend="tpu")
+        tp, dp = mesh.get_group("tp"), mesh.get_group("dp")
+        losses = [step(x.chunk(2)[dp_rank].to(dev), y.chunk(2)[dp_rank].to(dev), up, down, lr, tp, dp).cpu()
+                  for x, y in batches]
+        return losses, up.cpu(), down.cpu()
+
+    results = _mesh_counted(rank_fn)
+    for rank, ((losses, up, down), counted) in enumerate(results):
+        tp_rank = rank % 2
+        torch.testing.assert_close(torch.stack(losses), torch.stack(want_losses), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(up, ref[0].weight.detach().t().chunk(2, dim=1)[tp_rank], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(down, ref[2].weight.detach().t().chunk(2, dim=0)[tp_rank], atol=1e-5, rtol=1e-5)
+        # Each step: one program over the four devices holding its four collectives.
+        assert counted == {"replicated_graph_runs": 3, "collectives_in_graphs": 4 * 3, "collectives_on_device": 0,
+                           "collectives_via_host": 0}, (rank, counted)
+
+
+def test_tensor_and_data_parallel_mlp_training_step_is_one_program():
+    _in_mesh_process(_check_tp_dp_mlp_training)

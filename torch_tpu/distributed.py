@@ -100,7 +100,8 @@ def _create_in_process_group(opts):
     from torch.distributed.distributed_c10d import _store_based_barrier
 
     if opts.group_rank == 0:  # before the others pass the barrier: no collective of it has started
-        _C._register_in_process_group(opts.group_id, opts.timeout.total_seconds())
+        _C._register_in_process_group(opts.group_id, opts.timeout.total_seconds(),
+                                      list(opts.global_ranks_in_group))
     _store_based_barrier(opts.group_rank, opts.store, "", opts.group_size, opts.timeout)
     return InProcessGroup(opts.group_rank, opts.group_size, opts.timeout)
 

@@ -17,13 +17,12 @@
 #include <unordered_set>
 
 #include "arguments.h"
-#include "device_collectives.h"
 #include "graph_description.h"
 #include "operands.h"
 #include "precision.h"
+#include "replicated_graph.h"
 #include "storage_layout.h"
 #include "torch_compat.h"
-#include "../lowering/replicas.h"
 #include "../runtime/background_compile.h"
 #include "../runtime/executor.h"
 
@@ -53,7 +52,7 @@ std::atomic<int64_t> g_input_relayouts{0};
 
 class Graph {
  public:
-  explicit Graph(const py::tuple& desc) {
+  explicit Graph(const py::tuple& desc) : replicated_(desc.size() > 4 ? py::object(desc[4]) : py::none()) {
     name_ = desc[0].cast<std::string>();
     for (py::handle h : desc[1]) inputs_.push_back(TypeOf(h));
     int64_t next_id = static_cast<int64_t>(inputs_.size());
@@ -79,13 +78,6 @@ class Graph {
       out.index = o[1].cast<int64_t>();
       outputs_.push_back(out);
     }
-    // Functional collectives of an in-process group: (group name, size); the program is then
-    // replicated over the group's devices.
-    if (desc.size() > 4 && !desc[4].is_none()) {
-      auto group = desc[4].cast<py::tuple>();
-      replica_group_ = group[0].cast<std::string>();
-      replicas_ = group[1].cast<int>();
-    }
     for (const GOutput& o : outputs_) {
       if (o.kind != GOutput::Value) continue;
       bool seen = false;
@@ -98,7 +90,7 @@ class Graph {
   // cannot be lowered as (node index, reason). Nothing is compiled.
   std::vector<std::pair<int64_t, std::string>> Check() const {
     shlo::Builder b;
-    lowering::ReplicatedLowering replicated(replicas_);
+    lowering::ReplicatedLowering replicated = replicated_.Lowering();
     std::vector<shlo::Value> values(value_types_.size());
     std::vector<std::pair<int64_t, std::string>> bad;
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -201,13 +193,7 @@ class Graph {
     std::vector<at::Tensor> fresh = NewTensors(program->new_tensors, device);
     try {
       runtime::Request request = MakeRequest(program->program, ops, device, fresh);
-      if (replicas_ > 0) {  // this rank thread's place in the group the program spans
-        InProcessMember member = MemberOf(replica_group_);
-        TORCH_CHECK(member.size == replicas_, "tpu: torch.compile: graph ", name_, " was compiled for a group of ",
-                    replicas_, " ranks; group '", replica_group_, "' has ", member.size);
-        request.rank = member.rank;
-        request.timeout_seconds = member.timeout_s;
-      }
+      if (replicated_.replicated()) replicated_.Join(request, name_);
       py::gil_scoped_release release;  // a plugin may run the program on this thread
       Executor::Get().Run(request);
     } catch (const c10::Error&) {
@@ -238,7 +224,7 @@ class Graph {
   // Returns false, compiling nothing, when the examples can't describe the inputs.
   bool CompileAhead(const py::list& examples) {
     // A replicated program compiles for its group's devices, at its first run (the rendezvous).
-    if (examples.size() != inputs_.size() || replicas_ > 0) return false;
+    if (examples.size() != inputs_.size() || replicated_.replicated()) return false;
     std::vector<Slot> slots;
     for (py::handle h : examples) {
       auto e = h.cast<py::tuple>();
@@ -499,12 +485,8 @@ class Graph {
     auto program = std::make_shared<runtime::Program>();
     gp->program = program;
     program->name = "compiled graph " + name_;
-    program->replicas = replicas_;
-    program->replica_group = replica_group_;
-    for (const GNode& node : nodes_)
-      program->collectives += node.op.rfind("_c10d_functional::", 0) == 0 && node.op != "_c10d_functional::wait_tensor";
     shlo::Builder b;
-    lowering::ReplicatedLowering replicated(replicas_);
+    lowering::ReplicatedLowering replicated = replicated_.Lowering();
     std::vector<shlo::Value> values(value_types_.size());
     std::unordered_map<const void*, shlo::Value> storage_values;  // 1-D, as views read them
     std::unordered_map<const void*, std::vector<int64_t>> storage_dims;  // of their buffers
@@ -617,7 +599,9 @@ class Graph {
     program->id = runtime::Program::NextId();
     for (const auto& p : b.params()) program->param_types.push_back(p.type);
     for (const auto& r : results) program->result_types.push_back(r.type);
-    program->module_text = lowering::WithReplicas(b.Module(results), replicas_);
+    std::vector<std::string> ops;
+    for (const GNode& node : nodes_) ops.push_back(node.op);
+    replicated_.Declare(*program, b.Module(results), ops);
     return gp;
   }
 
@@ -642,8 +626,7 @@ class Graph {
   std::vector<GOutput> outputs_;
   std::vector<GType> value_types_;
   std::vector<int64_t> new_values_;  // distinct value ids returned as new tensors
-  std::string replica_group_;  // the in-process group whose collectives the graph holds
-  int replicas_ = 0;           // its size: the program's replicas (0: not replicated)
+  ReplicatedGraph replicated_;  // over the in-process groups whose collectives the graph holds
   mutable std::mutex mu_;
   std::string last_module_;  // the text of the latest program built (for debugging)
   std::string ahead_module_;  // compiled ahead (CompileAhead) and not yet compared with a first run's

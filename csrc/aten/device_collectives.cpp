@@ -30,6 +30,7 @@ using runtime::CollectiveSpec;
 
 std::mutex timeouts_mu;
 std::map<std::string, double> group_timeouts;  // seconds, by group name: the group's own timeout
+std::map<std::string, std::vector<int>> group_world_ranks;  // by group name (empty: the world itself)
 
 }  // namespace
 
@@ -180,18 +181,28 @@ void CheckSameDtype(const at::Tensor& a, const at::Tensor& b, const char* what) 
 
 bool InProcess(const c10d::ProcessGroup& group) { return group.getBackendName() == kInProcessBackend; }
 
-void RegisterInProcessGroup(const std::string& name, double timeout_s) {
+void RegisterInProcessGroup(const std::string& name, double timeout_s, const std::vector<int>& world_ranks) {
   runtime::ForgetCollectiveGroup(name);
   runtime::ForgetTransfers(name);
   std::lock_guard<std::mutex> lock(timeouts_mu);
   group_timeouts[name] = timeout_s;
+  group_world_ranks[name] = world_ranks;
 }
 
 InProcessMember MemberOf(const std::string& group_name) {
   c10::intrusive_ptr<c10d::ProcessGroup> group = c10d::resolve_process_group(group_name);
   TORCH_CHECK(InProcess(*group), "tpu: torch.compile: a graph compiled with the collectives of the in-process group '",
               group_name, "' runs on a rank of a ", group->getBackendName(), " group");
-  return {static_cast<int>(group->getRank()), static_cast<int>(group->getSize()), GroupTimeout(group_name)};
+  InProcessMember member{static_cast<int>(group->getRank()), static_cast<int>(group->getSize()),
+                         GroupTimeout(group_name), {}};
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  auto it = group_world_ranks.find(group_name);
+  if (it != group_world_ranks.end()) member.world_ranks = it->second;
+  if (member.world_ranks.empty())  // the world (c10d passes no ranks for it)
+    for (int r = 0; r < member.size; ++r) member.world_ranks.push_back(r);
+  TORCH_CHECK(static_cast<int>(member.world_ranks.size()) == member.size, "tpu: in-process group '", group_name,
+              "' has ", member.size, " ranks and was registered with ", member.world_ranks.size());
+  return member;
 }
 
 void DeviceAllreduce(const c10d::ProcessGroup& group, const TensorVec& tensors, const c10d::ReduceOp& op,

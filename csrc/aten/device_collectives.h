@@ -23,8 +23,9 @@ using TensorVec = std::vector<at::Tensor>;
 constexpr const char* kInProcessBackend = "tpu_threads";
 bool InProcess(const c10d::ProcessGroup& group);
 // A new in-process group: forgets the collectives counted under its name (a new threaded
-// world reuses the names of the last one).
-void RegisterInProcessGroup(const std::string& name, double timeout_s);
+// world reuses the names of the last one). `world_ranks`: its ranks' ranks in the world, in
+// its rank order (empty for the world itself).
+void RegisterInProcessGroup(const std::string& name, double timeout_s, const std::vector<int>& world_ranks);
 // The calling rank thread's place in the in-process group named `group_name` (a compiled
 // graph holding its functional collectives runs replicated over it). Raises when the thread
 // has no such group.
@@ -32,6 +33,7 @@ struct InProcessMember {
   int rank = 0;
   int size = 1;
   double timeout_s = 1800;
+  std::vector<int> world_ranks;  // of the group's ranks, in its rank order
 };
 InProcessMember MemberOf(const std::string& group_name);
 

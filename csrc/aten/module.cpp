@@ -27,7 +27,7 @@ namespace tpu::aten {
 void RegisterCompositeKernels();  // kernels.cpp
 std::vector<std::string> RegisterCollectives();  // collectives.cpp: torch.distributed on tpu tensors
 // device_collectives.cpp: groups whose ranks are threads of this process
-void RegisterInProcessGroup(const std::string& name, double timeout_s);
+void RegisterInProcessGroup(const std::string& name, double timeout_s, const std::vector<int>& world_ranks);
 void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s);
 
 namespace {

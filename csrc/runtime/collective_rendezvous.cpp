@@ -1,5 +1,6 @@
 #include "collective_rendezvous.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../lowering/replicas.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "tpu_target.h"
@@ -45,6 +47,60 @@ std::string Name(const CollectiveArrival& a, int64_t k) {
   return "collective #" + std::to_string(k) + " of group '" + a.group + "'";
 }
 
+std::string Listed(const std::vector<int>& replicas) {
+  std::string text;
+  for (int r : replicas) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return "[" + text + "]";
+}
+
+// Empty when, for each collective group the program marks, every rank's own group holds it and
+// the groups of any two ranks are the same or disjoint: together a partition of the replicas.
+std::string GroupsMismatch(const Slot& slot, int64_t k) {
+  const CollectiveArrival& first = *slot.arrivals[0];
+  const int n = static_cast<int>(slot.arrivals.size());
+  auto diverged = [&](const std::string& what) {
+    return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": " + what;
+  };
+  for (int r = 1; r < n; ++r)
+    if (slot.arrivals[r]->member_groups.size() != first.member_groups.size())
+      return diverged("rank 0 and rank " + std::to_string(r) + " run programs of different collective groups");
+  for (size_t g = 0; g < first.member_groups.size(); ++g) {
+    std::vector<int> lister(n, -1);  // by replica: a rank whose own group holds it
+    for (int r = 0; r < n; ++r) {
+      const std::vector<int>& mine = slot.arrivals[r]->member_groups[g];
+      if (std::find(mine.begin(), mine.end(), r) == mine.end())
+        return diverged("rank " + std::to_string(r) + " is not in its own group " + Listed(mine) +
+                        " of collective group " + std::to_string(g));
+      for (int x : mine) {
+        if (x < 0 || x >= n)
+          return diverged("rank " + std::to_string(r) + "'s group " + Listed(mine) + " holds a replica outside 0.." +
+                          std::to_string(n - 1));
+        if (lister[x] >= 0 && slot.arrivals[lister[x]]->member_groups[g] != mine)
+          return diverged("the groups " + Listed(slot.arrivals[lister[x]]->member_groups[g]) + " of rank " +
+                          std::to_string(lister[x]) + " and " + Listed(mine) + " of rank " + std::to_string(r) +
+                          " overlap (collective group " + std::to_string(g) + ")");
+        lister[x] = r;
+      }
+    }
+  }
+  return "";
+}
+
+// The replica groups of each marked collective group: the ranks' own groups, each once, in
+// order of their first replica (GroupsMismatch found them a partition).
+std::vector<std::vector<std::vector<int>>> Partitions(const Slot& slot) {
+  std::vector<std::vector<std::vector<int>>> partitions(slot.arrivals[0]->member_groups.size());
+  for (size_t g = 0; g < partitions.size(); ++g) {
+    for (const auto& a : slot.arrivals) {
+      const std::vector<int>& mine = a->member_groups[g];
+      if (std::find(partitions[g].begin(), partitions[g].end(), mine) == partitions[g].end())
+        partitions[g].push_back(mine);
+    }
+    std::sort(partitions[g].begin(), partitions[g].end());
+  }
+  return partitions;
+}
+
 // Empty when every rank issued the same collective on distinct devices.
 std::string Mismatch(const Slot& slot, int64_t k) {
   const CollectiveArrival& first = *slot.arrivals[0];
@@ -60,6 +116,7 @@ std::string Mismatch(const Slot& slot, int64_t k) {
              std::to_string(r) + " run different programs for " + first.description +
              " (their graphs or inputs differ)";
   if (first.module_text.empty()) return "";  // a barrier runs nothing on the devices
+  if (std::string groups = GroupsMismatch(slot, k); !groups.empty()) return groups;
   std::set<int> devices;
   for (const auto& a : slot.arrivals)
     if (!devices.insert(a->device).second)
@@ -81,7 +138,10 @@ std::vector<std::vector<pjrt::BufferPtr>> Run(const Slot& slot) {
     args.emplace_back();
     for (const pjrt::BufferPtr& b : a->operands) args.back().push_back(b->raw());
   }
-  pjrt::ExecutablePtr exe = CollectiveExecutable(first.module_text, ids, first.description);
+  std::string module_text = first.member_groups.empty()
+                                ? first.module_text
+                                : lowering::FillReplicaGroups(first.module_text, Partitions(slot));
+  pjrt::ExecutablePtr exe = CollectiveExecutable(module_text, ids, first.description);
   std::vector<std::vector<pjrt::BufferPtr>> outputs = exe->ExecuteReplicated(args);
   CountTpuTargetRun(exe.get());
   GetMetrics().executions++;

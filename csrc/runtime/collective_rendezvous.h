@@ -27,6 +27,9 @@ struct CollectiveArrival {
   double timeout_seconds = 1800;
   int collectives = 1;  // the collective ops the program holds (metrics)
   bool compiled_graph = false;  // a torch.compile program, counted apart from eager collectives
+  // A compiled graph holding collectives of several groups: this rank's own group of each group
+  // the text marks (Request::member_groups); the groups of all ranks fill the markers.
+  std::vector<std::vector<int>> member_groups;
 };
 
 // Blocks until every rank of the group has arrived at its next collective, then returns this

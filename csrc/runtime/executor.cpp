@@ -145,6 +145,7 @@ std::vector<pjrt::BufferPtr> Executor::RunReplicatedProgram(const Request& reque
   a.timeout_seconds = request.timeout_seconds;
   a.collectives = p.collectives;
   a.compiled_graph = true;
+  a.member_groups = request.member_groups;
   for (size_t i = 0; i < p.params.size(); ++i) {
     const ParamSource& src = p.params[i];
     a.operands.push_back(src.kind == ParamSource::Storage ? request.storages[src.slot]->Materialize(src.elem)

@@ -81,6 +81,10 @@ struct Request {
   // it waits for the others.
   int rank = -1;
   double timeout_seconds = 1800;
+  // And this rank's own group of each collective group the program's text marks
+  // (lowering::ReplicaGroupsMarker), as replicas in its ranks' order: the rendezvous fills each
+  // marker with the groups of every rank.
+  std::vector<std::vector<int>> member_groups;
 };
 
 // FNV-1a over a program signature (the keys of the per-op, fused and compiled caches).

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "lowering/lowering.h"
+#include "lowering/replicas.h"
 #include "lowering_call.h"
 #include "test_util.h"
 
@@ -134,6 +135,19 @@ TEST(GraphLowering, Conv1dAndGradients) {
   for (int64_t o = 0; o < cout; ++o)
     for (int64_t t = 0; t < out_len; ++t) db[o] += dy[o * out_len + t];
   EXPECT_EQ(grads[2].As<float>(), db);
+}
+
+// A program over two groups of a 2x2 mesh: each collective's replica groups are filled in
+// once every rank's own group is known (replicas.h), marker by marker.
+TEST(GraphLowering, ReplicaGroupsMarkersAreFilledPerGroup) {
+  std::string text = "a = all_reduce(" + lowering::ReplicaGroupsMarker(1) + ") b = all_gather(" +
+                     lowering::ReplicaGroupsMarker(0) + ") c = all_reduce(" + lowering::ReplicaGroupsMarker(1) + ")";
+  std::string filled = lowering::FillReplicaGroups(text, {{{0, 2}, {1, 3}}, {{0, 1}, {2, 3}}});
+  const std::string tp = "replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>";
+  const std::string dp = "replica_groups = dense<[[0, 2], [1, 3]]> : tensor<2x2xi64>";
+  EXPECT_EQ(filled, "a = all_reduce(" + tp + ") b = all_gather(" + dp + ") c = all_reduce(" + tp + ")");
+  EXPECT_EQ(lowering::ReplicaGroupsAttr({{0, 1, 2, 3}}), "replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>");
+  EXPECT_THROW(lowering::FillReplicaGroups(text, {{{0, 1, 2, 3}}}), std::invalid_argument);
 }
 
 }  // namespace

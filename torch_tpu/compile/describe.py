@@ -130,10 +130,9 @@ _COLLECTIVE_GROUP_ARG = {
 }
 
 
-def _replica_group(node, op):
-    """(group name, size) of a functional collective node: the in-process group whose ranks'
-    devices the program is replicated over. Collectives of other groups (Gloo across processes)
-    and other functional collectives run eagerly."""
+def _collective_group(node, op):
+    """(group name, size) of a functional collective node's in-process group. Collectives of
+    other groups (Gloo across processes) and other functional collectives run eagerly."""
     if op not in _COLLECTIVE_GROUP_ARG:
         raise _Unsupported(f"{op} is not lowered into programs (all_reduce, all_gather_into_tensor and "
                            "reduce_scatter_tensor are)")
@@ -147,6 +146,27 @@ def _replica_group(node, op):
         raise _Unsupported(f"a collective of a {group.getBackendName()} group (only in-process groups' run "
                            "inside programs)")
     return (name, group.size())
+
+
+def _world_span():
+    """(name, size) of the world group, which a program holding the collectives of several
+    groups is replicated over (a 2-D DeviceMesh's "dp" and "tp"): every rank of the world runs
+    it, and each collective reduces over its own group's replicas."""
+    from ..distributed import IN_PROCESS_BACKEND
+
+    world = torch.distributed.distributed_c10d._get_default_group()
+    if world.getBackendName() != IN_PROCESS_BACKEND:
+        raise _Unsupported(f"collectives of several groups in a world of a {world.getBackendName()} group")
+    return (world.group_name, world.size())
+
+
+def _replication(groups):
+    """The description's replication entry for a graph holding the collectives of `groups`
+    ((name, size) each, in graph order): None without collectives, else (span name, span size,
+    groups); the span is the one group, or the world (_world_span)."""
+    if not groups:
+        return None
+    return (*(groups[0] if len(groups) == 1 else _world_span()), groups)
 
 
 def _node_val(node):
@@ -180,7 +200,7 @@ class _Describer:
         self.cpu_values = set()  # value ids of 0-d CPU tensors computed by nodes
         self.copy_targets = {}  # copy_ node -> placeholder index it writes
         self.next_id = 0
-        self.replica = None  # (group name, size) of the graph's collectives, see _replica_group
+        self.collective_groups = []  # (group name, size) of the graph's collectives, by first use
         # Positions of the graph inputs the description lists (None: all); unused inputs that are
         # not tensors (DTensor's DeviceMesh) are left out.
         self.kept = None
@@ -305,10 +325,11 @@ class _Describer:
                 if self.inputs[self.copy_targets[node]] is None or len(self.inputs[self.copy_targets[node]]) > 3:
                     raise _HostWork("copy_ into a CPU tensor")
             if op.startswith("_c10d_functional::") and op != "_c10d_functional::wait_tensor":
-                group = _replica_group(node, op)
-                if self.replica not in (None, group):
-                    raise _Unsupported(f"collectives of groups {self.replica[0]} and {group[0]} in one graph")
-                self.replica = group
+                group = _collective_group(node, op)
+                if group not in self.collective_groups:
+                    if self.collective_groups:
+                        _world_span()
+                    self.collective_groups.append(group)
             if (node.target is torch.ops.aten.as_strided_scatter.default
                     and not _is_whole_storage(_node_val(node.args[0]))):
                 # The lowering takes self's logical array for its storage (view_ops.cpp).
@@ -473,4 +494,5 @@ class _Describer:
                 self.ids[node] = None
                 for user in node.users:
                     self.bad.setdefault(user, (f"uses '{node.name}' ({node.op})", _HARD))
-        return (name, self.inputs, self.nodes, self.outputs(out_arg) if not self.bad else [], self.replica)
+        outputs = self.outputs(out_arg) if not self.bad else []
+        return (name, self.inputs, self.nodes, outputs, _replication(self.collective_groups))
