@@ -76,21 +76,23 @@ def _entry(hlo):
 
 
 def param_copies(hlo):
-    """(copies of an entry parameter, those of them that change its layout: relayouts). A copy is a
-    copy or copy-start instruction whose operand is an entry parameter."""
-    shapes, count, relayouts = {}, 0, 0
+    """(copies of an entry parameter, the relayouts among them: "parameter N: from -> to" for each copy
+    that changes its parameter's layout). A copy is a copy or copy-start instruction whose operand is
+    an entry parameter."""
+    shapes, count, relayouts = {}, 0, []
     for line in _entry(hlo).splitlines():
         m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (.*) (parameter|copy|copy-start)\((.*?)\)", line)
         if not m:
             continue
         name, shape, op, operand = m.groups()
         if op == "parameter":
-            shapes[name] = shape
+            shapes[name] = (shape, operand)
         elif operand.lstrip("%") in shapes:
             count += 1
-            src = shapes[operand.lstrip("%")]
+            src, number = shapes[operand.lstrip("%")]
             dst = re.search(r"[a-z0-9]+\[[^\]]*\]\{[^}]*\}", shape[1:] if op == "copy-start" else shape)
-            relayouts += bool(dst) and dst.group(0) != src
+            if dst and dst.group(0) != src:
+                relayouts.append(f"parameter {number}: {src} -> {dst.group(0)}")
     return count, relayouts
 
 
@@ -110,7 +112,8 @@ def _sum(rows, s64_rows=None):
     t = tpu_target.totals(rows)
     out = {"gflop": t["gflop"], "gb": t["hbm_mb"] / 1e3, "ms": t["modelled_ms"], "unmod": t["unmodelled"],
            "copies": t["copies"], "param_copies": sum(param_copies(r["optimized_hlo"])[0] for r in rows if r["ok"]),
-           "param_relayouts": sum(param_copies(r["optimized_hlo"])[1] for r in rows if r["ok"]),
+           "param_relayouts": sum(len(param_copies(r["optimized_hlo"])[1]) for r in rows if r["ok"]),
+           "relayouts": [f"{r['name']}: {x}" for r in rows if r["ok"] for x in param_copies(r["optimized_hlo"])[1]],
            "errors": t["errors"], "programs": len({r.get("program_id", id(r)) for r in rows}), "runs": len(rows),
            "error_text": [r["error"].splitlines()[0][:200] for r in rows if not r["ok"] and r["error"]][:3]}
     if s64_rows is not None:
@@ -398,6 +401,8 @@ def main():
             print(f"{name:<26} {variant:<9} {t['programs']:>5} {t['runs']:>5} {t['gflop']:8.2f} {t['gb']:8.4f} {t['ms']:9.4f} "
                   f"{t['unmod']:>5} {t['copies']:>6} {t['param_copies']:>5} {t['param_relayouts']:>4} {gb_r:7.2f} {ms_r:7.2f}"
                   + (f"  ({t['errors']} errors: {t['error_text']})" if t["errors"] else ""), flush=True)
+            for relayout in t.get("relayouts", [])[:4]:
+                print(f"{'':<26}   relayout of {relayout}", flush=True)
             if "s32" in t:
                 s = t["s32"]
                 print(f"{'':<26} {'  as s32':<9} {s['programs_with_s64']:>5} {'':>5} {'':>8} {s['gb']:8.4f} {s['ms']:9.4f} "

@@ -63,7 +63,7 @@ def test_device_context_manager():
 def _heavy_work(device):
     """Programs that take a while to run (results kept), in strict mode: one execution each."""
     x = torch.randn(384, 384, device=device)
-    torch.tpu.synchronize()
+    torch.tpu.synchronize(device)
     with torch_tpu.eager_mode("strict"):
         ys = [x @ x @ x for _ in range(6)]
     return x, ys
@@ -83,6 +83,33 @@ def test_synchronize_waits_for_results():
         assert "device_to_host" not in torch_tpu.metrics()["host_syncs_by_cause"]
     xc = x.cpu()
     assert_same(ys[-1], xc @ xc @ xc, atol=1e-2, rtol=1e-4)
+
+
+@needs_devices(2)
+def test_synchronize_without_a_device_is_the_current_devices():
+    """As torch.cuda.synchronize: no argument means the current device. Another device's open
+    fused graph is left alone (a rank thread syncing its own device must not cut the graph
+    another rank thread is recording)."""
+    with torch_tpu.eager_mode("fused"):
+        x = torch.arange(6.0, device="tpu:1")
+        y = (x * 2 + 1).relu()
+        torch_tpu.metrics.reset()
+        torch.tpu.synchronize()  # the current device is tpu:0
+        assert torch_tpu.metrics()["fused_graphs_run"] == 0
+        with torch.tpu.device(1):
+            torch.tpu.synchronize()
+        assert torch_tpu.metrics()["fused_graphs_run"] == 1
+        z = y - 1
+        torch.tpu.synchronize("tpu:1")
+        assert torch_tpu.metrics()["fused_graphs_run"] == 2
+        # Reading a value runs its own device's graph only.
+        w = torch.ones(3, device="tpu:0") * 3
+        v = z + 1
+        assert_same(v, (torch.arange(6.0) * 2 + 1).relu())
+        assert torch_tpu.metrics()["fused_graphs_run"] == 3
+        assert_same(w, torch.full((3,), 3.0))
+        assert torch_tpu.metrics()["fused_graphs_run"] == 4
+    assert_same(z, (torch.arange(6.0) * 2 + 1).relu() - 1)
 
 
 def test_synchronize_waits_for_programs_whose_outputs_were_dropped():

@@ -140,9 +140,10 @@ class device:
 
 
 def synchronize(device=None):
-    """Waits for every pending computation on the device (all devices if None)."""
+    """Waits for every pending computation on the device (the current device if None, as
+    torch.cuda.synchronize): another device's open fused graph is left to its own thread."""
     _lazy_init()
-    _C._synchronize(-1 if device is None else _index(device))
+    _C._synchronize(_index(device))
 
 
 # ---- random numbers ----

@@ -329,9 +329,9 @@ EagerMode GetEagerMode() { return Executor::Get().mode(); }
 
 void RunPendingGraph(const char* cause) { Executor::Get().Flush(cause); }
 
-void SyncPoint(const char* cause) {
+void SyncPoint(const char* cause, int device) {
   try {
-    Executor::Get().Sync(cause);
+    Executor::Get().Sync(cause, device);
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -387,7 +387,9 @@ int DeviceCount() noexcept {
 }
 
 void SynchronizeDevice(int device) {
-  SyncPoint("synchronize");
+  // Only this device's open graph runs: a rank thread synchronizing its device must not cut the
+  // graph another rank thread is recording on its own (as torch.cuda.synchronize(d) waits for d).
+  SyncPoint("synchronize", device);
   runtime::GetMetrics().CountSync("synchronize");
   // Every pending value lives in some storage: waiting for all of them drains the device.
   std::vector<pjrt::BufferPtr> pending;

@@ -15,8 +15,8 @@ namespace tpu::aten {
 using EagerMode = runtime::Mode;
 void SetEagerMode(EagerMode mode);
 EagerMode GetEagerMode();
-// A synchronisation point: runs the open fused graph and raises deferred device-side asserts.
-void SyncPoint(const char* cause);
+// A synchronisation point: runs the open fused graph of `device` (every device's when -1).
+void SyncPoint(const char* cause, int device = -1);
 // Starts the open fused graph (asynchronously; the host does not wait).
 void RunPendingGraph(const char* cause);
 

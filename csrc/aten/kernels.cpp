@@ -331,7 +331,9 @@ at::Tensor& SetEmpty(at::Tensor& self) {
 // Host bytes of a tpu tensor's storage, viewed with the tensor's geometry as a CPU tensor.
 at::Tensor HostView(const at::Tensor& src) {
   TpuStorage* s = StorageOf(src);
-  SyncPoint("device to host");
+  // Its device's open graph runs, not every device's: a rank thread reading its own value must
+  // not cut the graph another rank thread is recording.
+  SyncPoint("device to host", s->device);
   GetMetrics().CountSync("device_to_host");
   RaiseChecksOf(s);
   auto bytes = at::empty({static_cast<int64_t>(s->nbytes)}, at::TensorOptions().dtype(at::kByte));

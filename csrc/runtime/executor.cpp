@@ -202,7 +202,12 @@ void Executor::FlushFor(const TpuStorage& s, const char* cause) {
   if (s.pending) Flush(cause);
 }
 
-void Executor::Sync(const char* cause) { Flush(cause); }
+void Executor::Sync(const char* cause, int device) {
+  if (device < 0)
+    Flush(cause);
+  else
+    FlushDevice(device, cause);
+}
 
 pjrt::BufferPtr Executor::ScalarBuffer(const ScalarKey& key, const std::function<pjrt::BufferPtr()>& upload) {
   {

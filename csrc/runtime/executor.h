@@ -61,9 +61,10 @@ class Executor {
   // Starts the open graph that computes `s`'s pending value (its device's), and only that one:
   // a rank thread reading its own value must not cut the graphs the other ranks are recording.
   void FlushFor(const TpuStorage& s, const char* cause);
-  // A synchronisation point: runs the open graph. Failed device checks are not raised here:
-  // they belong to the values they guard (device_checks.h), raised when those are read.
-  void Sync(const char* cause);
+  // A synchronisation point: runs the open graph of `device` (every device's when -1). Failed
+  // device checks are not raised here: they belong to the values they guard (device_checks.h),
+  // raised when those are read.
+  void Sync(const char* cause, int device = -1);
   // The checks guarding the values a request reads (the union over its storage parameters).
   static CheckSet InputChecks(const Request& request);
   // One new check per check result of the program (flags not yet computed).
