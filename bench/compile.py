@@ -2,7 +2,10 @@
 and a forward, against strict eager on tpu, PyTorch CPU eager and torch.compile with the
 default Inductor backend on CPU, all measured in this one run. Reports medians and ratios.
 
-    python bench/compile.py [--batch 4] [--seq 64] [--rounds 5] [--iters 10]
+    python bench/compile.py [--batch 4] [--seq 64] [--rounds 5] [--iters 10] [--partitions]
+
+--partitions adds the compiled step with AOTAutograd's other partition of the joint graph
+(TORCH_TPU_COMPILE_PARTITION: min_cut, the default, against default_partition, or the reverse).
 """
 import argparse
 import copy
@@ -48,6 +51,8 @@ def main():
     parser.add_argument("--switch-warmup", type=int, default=5, help="untimed calls after each switch of setup")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-inductor", action="store_true", help="skip the Inductor baseline (slow to compile)")
+    parser.add_argument("--partitions", action="store_true",
+                        help="also the compiled step with the other TORCH_TPU_COMPILE_PARTITION")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch.set_num_threads for the CPU baselines (0: PyTorch's default)")
     args = parser.parse_args()
@@ -71,6 +76,21 @@ def main():
     ]
     if args.no_inductor:
         setups.pop()
+    if args.partitions:
+        from torch_tpu.compile import backend as tpu_backend
+
+        ours = os.environ.get("TORCH_TPU_COMPILE_PARTITION", "min_cut")
+        other = "default" if ours == "min_cut" else "min_cut"
+
+        def compiled_with(partition, f):
+            # The partition is read when the backend's AOTAutograd is first built: build it anew.
+            # The step and the forward are wrapped, and compiled, one after the other.
+            os.environ["TORCH_TPU_COMPILE_PARTITION"] = partition
+            tpu_backend._aot_backend = None
+            return torch.compile(f, backend="tpu")
+
+        setups[0] = ("tpu compiled", "tpu", lambda f: compiled_with(ours, f), tpu_sync)
+        setups.insert(1, (f"tpu compiled {other}", "tpu", lambda f: compiled_with(other, f), tpu_sync))
     # Everything is built (and compiled) first, then timed in rounds: each round runs every
     # setup in turn, so a slow spell of a noisy machine hits all of them alike, and a ratio is
     # taken within each round. The first calls after a switch are not timed: they pay for the

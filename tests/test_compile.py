@@ -386,6 +386,47 @@ def test_training_step_saves_one_copy_of_values_its_backward_views_twice(monkeyp
     assert results.count("x8x8xf32>") == 1, main  # the probabilities, once
 
 
+@pytest.mark.parametrize("partition", ["min_cut", "default"])
+def test_partition_of_forward_and_backward(monkeypatch, partition):
+    """min_cut (the default, as Inductor's) saves the input of an elementwise chain and recomputes the
+    chain in the backward; default_partition saves the chain's intermediates. Both train like the CPU."""
+    import torch_tpu.compile  # noqa: F401
+    backend_module = sys.modules["torch_tpu.compile.backend"]
+    if partition == "default":
+        monkeypatch.setenv("TORCH_TPU_COMPILE_PARTITION", "default")
+    else:
+        monkeypatch.delenv("TORCH_TPU_COMPILE_PARTITION", raising=False)
+    monkeypatch.setattr(backend_module, "_aot_backend", None)  # rebuilt with this partition
+    torch._dynamo.reset()
+
+    def chain(w, x):
+        return ((x @ w).sin().exp() * 3).cos().sum()
+
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(8, 8, generator=g, requires_grad=True), torch.randn(4, 8, generator=g)
+    tw, tx = w.detach().to("tpu").requires_grad_(), x.to("tpu")
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        loss = torch.compile(chain, backend="tpu")(tw, tx)
+    loss.backward()
+    chain(w, x).backward()
+    assert_close(loss.cpu(), chain(w, x).detach(), rtol=1e-5, atol=1e-5)
+    assert_close(tw.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
+    # min_cut: x @ w alone (a matmul is never recomputed; x is saved transposed, for w's gradient);
+    # default: the elementwise chain's values too.
+    activations = [t for t in saved if t.shape == (4, 8)]
+    assert len(activations) == (1 if partition == "min_cut" else 4), [t.shape for t in saved]
+    torch._dynamo.reset()
+
+
+def test_unknown_partition_is_refused(monkeypatch):
+    import torch_tpu.compile  # noqa: F401
+    backend_module = sys.modules["torch_tpu.compile.backend"]
+    monkeypatch.setenv("TORCH_TPU_COMPILE_PARTITION", "mincut")
+    with pytest.raises(ValueError, match="TORCH_TPU_COMPILE_PARTITION='mincut'"):
+        backend_module._partition_fn()
+
+
 # as_strided_scatter(self, src, size, stride, offset) with self a whole contiguous storage (the
 # functionalized base; compiled FlexAttention's backward on PyTorch 2.11 holds one).
 AS_STRIDED_SCATTER_CASES = [

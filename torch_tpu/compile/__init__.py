@@ -11,7 +11,8 @@ reason, in torch_tpu.metrics()) and a new program. dynamic=True is refused.
 
 Nodes left to run eagerly are counted in torch_tpu.metrics()["compile_eager_nodes_by_op"] and
 warned about once per op; TORCH_TPU_STRICT=1 makes such a node an error that names it.
-TORCH_TPU_COMPILE_PARTITION=min_cut saves fewer activations for backward (recomputes them).
+The backward recomputes cheap elementwise work rather than saving it (AOTAutograd's min_cut
+partition, as Inductor's); TORCH_TPU_COMPILE_PARTITION=default saves every intermediate instead.
 
 Loaded lazily: the "tpu" name reaches Dynamo through the `torch_dynamo_backends` entry point,
 so `import torch_tpu` does not import Dynamo.
