@@ -26,7 +26,9 @@ DeviceCheck::State DeviceCheck::Poll(bool wait, bool flush) {
   }
   if (!flag) {
     if (!wait || !flush) return State::Unknown;
-    Executor::Get().Flush("read of a value guarded by a device check");  // the open fused graph computes it
+    // Its device's open fused graph computes it (only that one: another rank thread's graph is
+    // left to that thread).
+    Executor::Get().Sync("read of a value guarded by a device check", device_);
     std::lock_guard<std::mutex> lock(mu_);
     if (!flag_) {
       // Its graph failed before computing it: the values it guards carry that error instead.

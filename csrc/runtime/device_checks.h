@@ -55,13 +55,15 @@ class CheckFailed : public std::runtime_error {
 class DeviceCheck {
  public:
   enum class State { Unknown, Passed, Failed };
-  DeviceCheck(std::string message, CheckKind kind) : message_(std::move(message)), kind_(kind) {}
+  // `device`: the device whose program computes the flag.
+  DeviceCheck(std::string message, CheckKind kind, int device)
+      : message_(std::move(message)), kind_(kind), device_(device) {}
   // The flag (a scalar i1 buffer, true = failed), once the program computing it runs.
   void SetFlag(pjrt::BufferPtr flag);
   // The program that was to compute the flag did not run (its error is reported on its outputs).
   void Abandon();
   // Reads the flag when it is computed; with `wait`, waits for it, and with `flush` too runs
-  // the open fused graph first when the flag is still to be computed there.
+  // its device's open fused graph first when the flag is still to be computed there.
   State Poll(bool wait, bool flush = true);
   const std::string& message() const { return message_; }
   CheckKind kind() const { return kind_; }
@@ -70,6 +72,7 @@ class DeviceCheck {
   std::mutex mu_;
   std::string message_;
   CheckKind kind_;
+  int device_;
   pjrt::BufferPtr flag_;
   State state_ = State::Unknown;
 };

@@ -99,11 +99,11 @@ CheckSet Executor::InputChecks(const Request& request) {
   return guards;
 }
 
-std::vector<CheckPtr> Executor::NewChecks(const Program& p) {
+std::vector<CheckPtr> Executor::NewChecks(const Program& p, int device) {
   std::vector<CheckPtr> checks;
   for (size_t i = 0; i < p.check_messages.size(); ++i)
     checks.push_back(std::make_shared<DeviceCheck>(
-        p.check_messages[i], i < p.check_kinds.size() ? p.check_kinds[i] : CheckKind::Index));
+        p.check_messages[i], i < p.check_kinds.size() ? p.check_kinds[i] : CheckKind::Index, device));
   return checks;
 }
 
@@ -158,7 +158,7 @@ std::vector<pjrt::BufferPtr> Executor::RunReplicatedProgram(const Request& reque
 std::vector<pjrt::BufferPtr> Executor::Land(const Request& request, std::vector<pjrt::BufferPtr> outs,
                                             CheckSet guards) {
   Program& p = *request.program;
-  std::vector<CheckPtr> fresh = NewChecks(p);
+  std::vector<CheckPtr> fresh = NewChecks(p, request.device);
   size_t first_check = request.new_storages.size() + p.writes.size();
   for (size_t i = 0; i < fresh.size(); ++i) {
     fresh[i]->SetFlag(outs[first_check + i]);

@@ -68,7 +68,7 @@ class Executor {
   // The checks guarding the values a request reads (the union over its storage parameters).
   static CheckSet InputChecks(const Request& request);
   // One new check per check result of the program (flags not yet computed).
-  static std::vector<CheckPtr> NewChecks(const Program& p);
+  static std::vector<CheckPtr> NewChecks(const Program& p, int device);
 
   // Scalar parameters (add's alpha, an optimizer's lr, a 0-d CPU tensor) repeat from op to op
   // and step to step: their device buffers are read-only, so one upload per distinct value

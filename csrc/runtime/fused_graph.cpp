@@ -106,7 +106,7 @@ void FusedGraph::Record(const Request& request) {
   // What this op writes is guarded by the checks of what it reads (pending values included:
   // their checks were set when they were recorded) and by its own (device_checks.h).
   CheckSet guards = Executor::InputChecks(request);
-  std::vector<CheckPtr> fresh = Executor::NewChecks(p);
+  std::vector<CheckPtr> fresh = Executor::NewChecks(p, request.device);
   for (const CheckPtr& c : fresh) guards.Add(c);
   // Arguments: a pending storage's value from the graph, or a new graph parameter.
   std::vector<int> args;
