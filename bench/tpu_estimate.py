@@ -76,7 +76,7 @@ def _entry(hlo):
 
 
 def param_copies(hlo):
-    """(copies of an entry parameter, the relayouts among them: "parameter N: from -> to" for each copy
+    """(copies of an entry parameter, the relayouts among them: "%Arg_N.1: from -> to" for each copy
     that changes its parameter's layout). A copy is a copy or copy-start instruction whose operand is
     an entry parameter."""
     shapes, count, relayouts = {}, 0, []
@@ -86,13 +86,13 @@ def param_copies(hlo):
             continue
         name, shape, op, operand = m.groups()
         if op == "parameter":
-            shapes[name] = (shape, operand)
+            shapes[name] = (shape, name)  # libtpu prints entry parameters as parameter(): the name numbers them
         elif operand.lstrip("%") in shapes:
             count += 1
-            src, number = shapes[operand.lstrip("%")]
+            src, param = shapes[operand.lstrip("%")]
             dst = re.search(r"[a-z0-9]+\[[^\]]*\]\{[^}]*\}", shape[1:] if op == "copy-start" else shape)
             if dst and dst.group(0) != src:
-                relayouts.append(f"parameter {number}: {src} -> {dst.group(0)}")
+                relayouts.append(f"%{param}: {src} -> {dst.group(0)}")
     return count, relayouts
 
 
