@@ -1,9 +1,12 @@
 """Views and aliasing on tpu behave exactly as on the CPU: same geometry, shared storage,
 every write seen through every alias."""
+import textwrap
+
 import pytest
 import torch
+import torch_tpu
 
-from conftest import assert_same
+from conftest import assert_same, run_python
 
 
 def pair(*shape, dtype=torch.float32):
@@ -469,3 +472,43 @@ def test_as_strided_scatter_errors(size, stride, offset, src_size):
                                      size, stride, offset)
         errors.append(str(info.value))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("offset_of", [
+    lambda w: w.chunk(2, -1)[1],  # GEGLU's gate: a [..., 1024] half of each row
+    lambda w: w[:, 3],  # one column
+    lambda w: w[2:5, 1:4],  # an inner window
+    lambda w: w.view(2, 4, 8)[1, :, 2:6],  # a window of the buffer's rows, reshaped
+])
+def test_views_at_run_time_offsets_read_boxes_of_the_shaped_buffer(offset_of):
+    """A view that is a box of its storage's 2-D buffer reads it with one dynamic_slice of that buffer
+    (no relayout of it to 1-D) at any offset, one program for all offsets; a view of the same geometry
+    at an offset where it is no box (it wraps across rows) is read as before, by another program."""
+    base = torch.arange(64.0).reshape(8, 8)
+    dev = base.to("tpu")
+    with torch_tpu.eager_mode("strict"):
+        assert_same(torch.nn.functional.gelu(offset_of(dev)), torch.nn.functional.gelu(offset_of(base)))
+        assert_same(offset_of(dev) * 2, offset_of(base) * 2)
+    # Every offset of a [3, 2] window: those whose columns cross a row's end wrap in PyTorch.
+    flat, flat_cpu = dev.view(-1), base.view(-1)
+    for offset in range(0, 64 - 2 * 8 - 2):
+        got = flat.as_strided((3, 2), (8, 1), offset) + 1
+        assert_same(got, flat_cpu.as_strided((3, 2), (8, 1), offset) + 1)
+
+
+def test_box_view_program_reads_the_buffer_unflattened(tmp_path):
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        w = torch.randn(16, 256).to("tpu")
+        torch_tpu.set_eager_mode("strict")
+        for half in w.chunk(2, -1):
+            print(torch.nn.functional.gelu(half).sum().item())
+    """)
+    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    (gelu,) = [p for p in tmp_path.glob("*aten__gelu.mlir")]  # both halves: one program
+    text = gelu.read_text()
+    # One dynamic_slice of the 2-D buffer, starts in s32; no 1-D window of it, no padding.
+    assert text.count('"stablehlo.dynamic_slice"') == 1, text
+    assert "(tensor<16x256xf32>, tensor<i32>, tensor<i32>) -> tensor<16x128xf32>" in text, text
+    assert '"stablehlo.pad"' not in text, text

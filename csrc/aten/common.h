@@ -30,6 +30,12 @@ int64_t StorageOffsetOf(const at::Tensor& t);
 lowering::ViewGeometry GeometryOf(const at::Tensor& t);
 // lowering::HasRunTimeOffset(GeometryOf(t)) without building the geometry (signature hot path).
 bool HasRunTimeOffset(const at::Tensor& t);
+// The key of a view's offset: the offset itself, or where HasRunTimeOffset, -1 for a view read
+// as a box of its shaped buffer at this offset (lowering::IsBufferBoxAt) and -2 for one read 1-D.
+int64_t OffsetKey(const at::Tensor& t);
+// GeometryOf with the dims of the storage's shaped buffer, where a view at a run-time offset is
+// read as a box of it (OffsetKey -1).
+lowering::ViewGeometry GeometryWithBufferOf(const at::Tensor& t);
 bool IsTpuAllocation(const c10::DataPtr& p);
 
 // Current device of this thread (the device guard's state).

@@ -143,6 +143,29 @@ bool HasRunTimeOffset(const at::Tensor& t) {
 }
 
 namespace {
+// The dims of the buffer a view at a run-time offset is read as a box of, or empty: only a
+// typed storage of the view's own element type whose buffer is shaped (rank >= 2).
+std::vector<int64_t> BoxBufferDims(const at::Tensor& t) {
+  const TpuStorage* s = StorageOf(t);
+  if (s->dims.size() < 2 || !(s->buffer || s->pending) || s->elem != ToElemType(t.scalar_type())) return {};
+  std::vector<int64_t> box = lowering::BoxInBuffer(t.sizes().vec(), t.strides().vec(), s->dims);
+  if (box.empty() || !lowering::BoxFitsAt(box, s->dims, StorageOffsetOf(t))) return {};
+  return s->dims;
+}
+}  // namespace
+
+int64_t OffsetKey(const at::Tensor& t) {
+  if (!HasRunTimeOffset(t)) return StorageOffsetOf(t);
+  return BoxBufferDims(t).empty() ? -2 : -1;
+}
+
+lowering::ViewGeometry GeometryWithBufferOf(const at::Tensor& t) {
+  lowering::ViewGeometry g = GeometryOf(t);
+  if (HasRunTimeOffset(t)) g.buffer_dims = BoxBufferDims(t);
+  return g;
+}
+
+namespace {
 // A KeyboardInterrupt during a lazy import inside an op (sympy, on the first op) leaves the
 // package's already-imported submodules in sys.modules without their package: importing it
 // again then fails forever ("module 'sympy' has no attribute 'core'"). Those orphans are

@@ -365,7 +365,8 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
       slot_values[slot] = b.Param({ToElemType(st), {}});
       continue;
     }
-    slot_values[slot] = lowering::ReadViewOf(b, storage_value(slot), ToElemType(t.scalar_type()), GeometryOf(t),
+    shlo::Value storage = storage_value(slot);
+    slot_values[slot] = lowering::ReadViewOf(b, storage, ToElemType(t.scalar_type()), GeometryWithBufferOf(t),
                                              [&] { return offset_value(slot); });
   }
   std::vector<shlo::Value> scalar_values;

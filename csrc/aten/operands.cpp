@@ -31,7 +31,7 @@ void AddTensor(Operands& ops, std::vector<int64_t>& k, const at::Tensor& t, std:
   k.push_back(t.dim());
   for (int64_t d : t.sizes()) k.push_back(d);
   for (int64_t d : t.strides()) k.push_back(d);
-  k.push_back(HasRunTimeOffset(t) ? -1 : StorageOffsetOf(t));  // -1: a run-time parameter
+  k.push_back(OffsetKey(t));  // negative: a run-time parameter
   k.push_back(static_cast<int64_t>(s->nbytes));
   if (s->buffer || s->pending) {
     k.push_back(static_cast<int64_t>(s->elem));

@@ -205,6 +205,9 @@ struct ViewGeometry {
   std::vector<int64_t> sizes, strides;
   int64_t offset = 0;
   int64_t storage_numel = 0;
+  // The dims of the storage's buffer, where the caller knows them and they are of rank >= 2
+  // (empty: read as 1-D). They let a view at a run-time offset be read as a box of the buffer.
+  std::vector<int64_t> buffer_dims;
 };
 // True when the view covers its whole storage in row-major order.
 bool IsWholeStorage(const ViewGeometry& g);
@@ -218,6 +221,15 @@ Value WriteView(Builder& b, Value storage, const ViewGeometry& g, Value value);
 // loop over `timesteps[i]`, `x[t]` or a cache slot runs one program, not one per index.
 // Decided by sizes, strides and storage size alone (csrc/aten keys by the same rule).
 bool HasRunTimeOffset(const ViewGeometry& g);
+// The extent, per buffer dim, of the box a view of these sizes and strides is in a row-major
+// buffer of `buffer_dims` (each view dim within one buffer dim, in order, without a gap), or
+// empty when it is none. At an offset the box fits when no extent crosses its dim's end.
+std::vector<int64_t> BoxInBuffer(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                 const std::vector<int64_t>& buffer_dims);
+bool BoxFitsAt(const std::vector<int64_t>& box, const std::vector<int64_t>& buffer_dims, int64_t offset);
+// A view at a run-time offset is read as a box of its buffer (a dynamic_slice of the shaped
+// buffer: no relayout of it to 1-D) when it is one at its offset; csrc/aten keys on the same rule.
+bool IsBufferBoxAt(const ViewGeometry& g);
 // ReadView / WriteView with the offset given by the s64 scalar `offset` (g.offset unused).
 // Reads take the view's span with dynamic_slice and read the view inside it; writes are a
 // dynamic_update_slice (a contiguous run) or a scatter at offset-shifted indices.

@@ -1,6 +1,8 @@
 // Reading and writing strided views of a 1-D storage value. Every program sees tensors as
 // (storage, sizes, strides, offset), exactly as PyTorch lays them out.
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <numeric>
 
 #include "lowering.h"
@@ -130,6 +132,69 @@ bool HasRunTimeOffset(const ViewGeometry& g) {
   return span > 0 && span < g.storage_numel;
 }
 
+std::vector<int64_t> BoxInBuffer(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                 const std::vector<int64_t>& buffer_dims) {
+  int64_t rank = static_cast<int64_t>(buffer_dims.size());
+  if (rank < 2) return {};
+  int64_t numel = 1;
+  for (int64_t d : buffer_dims) numel *= d;
+  if (numel > std::numeric_limits<int32_t>::max()) return {};  // its starts are computed in s32
+  std::vector<int64_t> buffer_strides(rank, 1), box(rank, 1);
+  for (int64_t j = rank - 2; j >= 0; --j) buffer_strides[j] = buffer_strides[j + 1] * buffer_dims[j + 1];
+  int64_t j = rank - 1;  // the buffer dim the innermost view dims fill
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[d] == 0) return {};
+    if (sizes[d] == 1) continue;
+    // The next run within dim j, unless that would overflow it: then an outer dim's start (a view
+    // of whole rows continues into the next outer dim, whose stride is the same number).
+    bool within = strides[d] == buffer_strides[j] * box[j] && box[j] * sizes[d] <= buffer_dims[j];
+    if (!within) {
+      int64_t k = j - 1;
+      while (k >= 0 && buffer_strides[k] != strides[d]) --k;
+      if (k < 0) return {};
+      j = k;
+    }
+    box[j] *= sizes[d];
+    if (box[j] > buffer_dims[j]) return {};
+  }
+  return box;
+}
+
+bool BoxFitsAt(const std::vector<int64_t>& box, const std::vector<int64_t>& buffer_dims, int64_t offset) {
+  for (int64_t j = static_cast<int64_t>(buffer_dims.size()) - 1; j >= 0; --j) {
+    if (offset % buffer_dims[j] + box[j] > buffer_dims[j]) return false;
+    offset /= buffer_dims[j];
+  }
+  return offset == 0;
+}
+
+bool IsBufferBoxAt(const ViewGeometry& g) {
+  if (g.buffer_dims.size() < 2) return false;
+  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
+  return !box.empty() && BoxFitsAt(box, g.buffer_dims, g.offset);
+}
+
+namespace {
+
+// The box a view is in its shaped buffer, at the run-time offset: one dynamic_slice, its starts
+// the offset's digits in the buffer's dims (in s32: TPUs emulate s64 division).
+Value ReadBoxAt(Builder& b, Value storage, const ViewGeometry& g, Value offset) {
+  Value buffer = b.Reshape(storage, g.buffer_dims);  // the parameter itself (reshapes fold)
+  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
+  const TensorType index{ElemType::S32, {}};
+  Value rest = b.Convert(offset, ElemType::S32);
+  std::vector<Value> starts(box.size());
+  for (int64_t j = static_cast<int64_t>(box.size()) - 1; j > 0; --j) {
+    Value dim = b.ConstantInt(g.buffer_dims[j], index);
+    starts[j] = b.Binary("remainder", rest, dim);
+    rest = b.Binary("divide", rest, dim);
+  }
+  starts[0] = rest;
+  return b.Reshape(b.DynamicSlice(buffer, starts, box), g.sizes);
+}
+
+}  // namespace
+
 Value ReadViewAt(Builder& b, Value storage, const ViewGeometry& g, Value offset) {
   int64_t span = Span(g);
   if (span == 0) return ReadView(b, storage, g);  // empty
@@ -236,8 +301,11 @@ Value Reinterpret(Builder& b, Value storage, ElemType elem) {
 
 Value ReadViewOf(Builder& b, Value storage, ElemType elem, const ViewGeometry& g,
                  const std::function<Value()>& offset) {
+  bool same_type = storage.type.elem == elem;
   storage = Reinterpret(b, storage, elem);  // a view(dtype), an untyped storage
-  return HasRunTimeOffset(g) ? ReadViewAt(b, storage, g, offset()) : ReadView(b, storage, g);
+  if (!HasRunTimeOffset(g)) return ReadView(b, storage, g);
+  if (same_type && IsBufferBoxAt(g)) return ReadBoxAt(b, storage, g, offset());
+  return ReadViewAt(b, storage, g, offset());
 }
 
 Value WriteViewOf(Builder& b, Value storage, ViewGeometry g, Value value, const std::function<Value()>& offset) {
