@@ -243,6 +243,11 @@ class Graph {
       // Run lays out those that were not so (ShapeStorageLike).
       slot.storage_dims = e.size() > 7 ? runtime::TpuStorage::ShapedDims(e[7].cast<std::vector<int64_t>>())
                                        : DenseBufferDims(slot.geometry);
+      // As Run's GeometryWithBufferOf: a view at a run-time offset that is a box of the buffer.
+      if (lowering::HasRunTimeOffset(slot.geometry)) {
+        slot.geometry.buffer_dims = slot.storage_dims;
+        if (!lowering::IsBufferBoxAt(slot.geometry)) slot.geometry.buffer_dims.clear();
+      }
       slots.push_back(std::move(slot));
     }
     shlo::Precision precision = MatmulPrecision();
@@ -312,7 +317,7 @@ class Graph {
     slot.storage_elem = s->buffer ? s->elem : ToElemType(t.scalar_type());
     if (s->buffer) slot.storage_dims = s->dims;
     slot.storage_nbytes = static_cast<int64_t>(s->nbytes);
-    slot.geometry = GeometryOf(t);
+    slot.geometry = GeometryWithBufferOf(t);  // a box view at a run-time offset: its buffer's dims
     return slot;
   }
 
@@ -566,13 +571,15 @@ class Graph {
     std::vector<const void*> written;
     for (const auto& [input, value] : mutations) {
       const void* s = slots[input].storage;
-      const lowering::ViewGeometry& g = slots[input].geometry;
+      lowering::ViewGeometry g = slots[input].geometry;
       shlo::Value v = value;
       shlo::Value updated, buffer;
       if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
         updated = b.Reshape(v, {g.storage_numel});
         buffer = lowering::AsBuffer(b, v);
       } else {
+        // A box write needs the buffer in the shape the key saw (not left 1-D by another write).
+        if (g.buffer_dims != storage_dims.at(s)) g.buffer_dims.clear();
         updated = lowering::WriteViewOf(b, storage_values.at(s), g, v, [&] { return offset_value(input); });
         buffer = lowering::WrittenBuffer(b, g, v, updated, storage_dims.at(s));
       }

@@ -467,14 +467,18 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     if (call.slot_is_cpu_scalar[target]) throw lowering::Unsupported("write into a CPU tensor");
     if (written.empty()) first_write = outputs.size();
     shlo::Value v = lowering::CastTo(ctx, result, TypeOf(t));
-    auto g = GeometryOf(t);
+    auto g = GeometryWithBufferOf(t);
     TpuStorage* s = StorageOf(t);
     shlo::Value updated, buffer;
     if (lowering::IsWholeStorage(g) && !storage_values.count(s)) {
       updated = b.Reshape(v, {g.storage_numel});
       buffer = lowering::AsBuffer(b, v);
     } else {
-      updated = lowering::WriteViewOf(b, storage_value(target), g, v, [&] { return offset_value(target); });
+      shlo::Value storage = storage_value(target);
+      // A box write needs the buffer still in the shape the key saw (an earlier write of this
+      // op into the same storage may have left it 1-D).
+      if (g.buffer_dims != storage_dims.at(s)) g.buffer_dims.clear();
+      updated = lowering::WriteViewOf(b, storage, g, v, [&] { return offset_value(target); });
       buffer = lowering::WrittenBuffer(b, g, v, updated, storage_dims.at(s));
     }
     storage_values[s] = updated;

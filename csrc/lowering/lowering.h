@@ -227,8 +227,9 @@ bool HasRunTimeOffset(const ViewGeometry& g);
 std::vector<int64_t> BoxInBuffer(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                  const std::vector<int64_t>& buffer_dims);
 bool BoxFitsAt(const std::vector<int64_t>& box, const std::vector<int64_t>& buffer_dims, int64_t offset);
-// A view at a run-time offset is read as a box of its buffer (a dynamic_slice of the shaped
-// buffer: no relayout of it to 1-D) when it is one at its offset; csrc/aten keys on the same rule.
+// A view at a run-time offset is read and written as a box of its buffer (a dynamic_slice or
+// dynamic_update_slice of the shaped buffer: no relayout of it to 1-D) when it is one at its
+// offset and of the buffer's element type; csrc/aten keys on the same rule.
 bool IsBufferBoxAt(const ViewGeometry& g);
 // ReadView / WriteView with the offset given by the s64 scalar `offset` (g.offset unused).
 // Reads take the view's span with dynamic_slice and read the view inside it; writes are a

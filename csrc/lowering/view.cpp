@@ -176,21 +176,35 @@ bool IsBufferBoxAt(const ViewGeometry& g) {
 
 namespace {
 
-// The box a view is in its shaped buffer, at the run-time offset: one dynamic_slice, its starts
-// the offset's digits in the buffer's dims (in s32: TPUs emulate s64 division).
-Value ReadBoxAt(Builder& b, Value storage, const ViewGeometry& g, Value offset) {
-  Value buffer = b.Reshape(storage, g.buffer_dims);  // the parameter itself (reshapes fold)
-  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
+// Where the box of a view at the run-time offset starts in its shaped buffer: the offset's
+// digits in the buffer's dims (in s32: TPUs emulate s64 division).
+std::vector<Value> BoxStarts(Builder& b, const std::vector<int64_t>& buffer_dims, Value offset) {
   const TensorType index{ElemType::S32, {}};
   Value rest = b.Convert(offset, ElemType::S32);
-  std::vector<Value> starts(box.size());
-  for (int64_t j = static_cast<int64_t>(box.size()) - 1; j > 0; --j) {
-    Value dim = b.ConstantInt(g.buffer_dims[j], index);
+  std::vector<Value> starts(buffer_dims.size());
+  for (int64_t j = static_cast<int64_t>(buffer_dims.size()) - 1; j > 0; --j) {
+    Value dim = b.ConstantInt(buffer_dims[j], index);
     starts[j] = b.Binary("remainder", rest, dim);
     rest = b.Binary("divide", rest, dim);
   }
   starts[0] = rest;
-  return b.Reshape(b.DynamicSlice(buffer, starts, box), g.sizes);
+  return starts;
+}
+
+// The box a view is in its shaped buffer, at the run-time offset: one dynamic_slice.
+Value ReadBoxAt(Builder& b, Value storage, const ViewGeometry& g, Value offset) {
+  Value buffer = b.Reshape(storage, g.buffer_dims);  // the parameter itself (reshapes fold)
+  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
+  return b.Reshape(b.DynamicSlice(buffer, BoxStarts(b, g.buffer_dims, offset), box), g.sizes);
+}
+
+// The storage with that box replaced by `value`: one dynamic_update_slice of the shaped buffer,
+// which the caller's buffer (WrittenBuffer) reads back without a relayout.
+Value WriteBoxAt(Builder& b, Value storage, const ViewGeometry& g, Value offset, Value value) {
+  Value buffer = b.Reshape(storage, g.buffer_dims);
+  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
+  Value updated = b.DynamicUpdateSliceAt(buffer, b.Reshape(value, box), BoxStarts(b, g.buffer_dims, offset));
+  return b.Reshape(updated, {storage.type.numel()});
 }
 
 }  // namespace
@@ -310,9 +324,12 @@ Value ReadViewOf(Builder& b, Value storage, ElemType elem, const ViewGeometry& g
 
 Value WriteViewOf(Builder& b, Value storage, ViewGeometry g, Value value, const std::function<Value()>& offset) {
   bool run_time_offset = HasRunTimeOffset(g);  // as the key decided
+  bool same_type = storage.type.elem == value.type.elem;
   storage = Reinterpret(b, storage, value.type.elem);
   g.storage_numel = storage.type.dims[0];
-  return run_time_offset ? WriteViewAt(b, storage, g, offset(), value) : WriteView(b, storage, g, value);
+  if (!run_time_offset) return WriteView(b, storage, g, value);
+  if (same_type && IsBufferBoxAt(g)) return WriteBoxAt(b, storage, g, offset(), value);
+  return WriteViewAt(b, storage, g, offset(), value);
 }
 
 }  // namespace tpu::lowering
