@@ -507,6 +507,7 @@ class Graph {
     // two inputs are views of one storage: the program then does not depend on which inputs
     // alias, which a program compiled ahead from example inputs cannot know.
     std::unordered_set<const void*> written_storages;
+    std::unordered_map<const void*, int> storage_params;  // by parameter key: its parameter index
     for (const GNode& node : nodes_)
       if (node.op == "aten::copy_") {
         int64_t target = node.args.at(0).id;
@@ -527,6 +528,7 @@ class Graph {
         storage = it->second;
       } else {
         shlo::ElemType elem = slot.storage_elem;
+        storage_params[param_key] = static_cast<int>(program->params.size());
         program->params.push_back({ParamSource::Storage, static_cast<int>(i), elem});
         std::vector<int64_t> dims = slot.storage_dims;
         if (dims.empty()) dims = {slot.storage_nbytes / static_cast<int64_t>(shlo::ByteSize(elem))};
@@ -603,12 +605,21 @@ class Graph {
       program->check_messages.push_back(c.message);
       program->check_kinds.push_back(static_cast<runtime::CheckKind>(c.kind));
     }
+    // A mutated input's new value may reuse its storage's buffer (an optimizer step, a cache
+    // slot). Inputs' parameters are made before any node's (Rng), each in step with
+    // program->params, so a storage parameter's index is the module's too.
+    for (size_t w = 0; w < written.size(); ++w) {
+      auto param = storage_params.find(written[w]);
+      size_t result = new_values_.size() + w;
+      if (param != storage_params.end() && b.params().at(param->second).type == results[result].type)
+        program->aliases.emplace_back(param->second, static_cast<int>(result));
+    }
     program->id = runtime::Program::NextId();
     for (const auto& p : b.params()) program->param_types.push_back(p.type);
     for (const auto& r : results) program->result_types.push_back(r.type);
     std::vector<std::string> ops;
     for (const GNode& node : nodes_) ops.push_back(node.op);
-    replicated_.Declare(*program, b.Module(results), ops);
+    replicated_.Declare(*program, b.Module(results, program->aliases), ops);
     return gp;
   }
 

@@ -55,6 +55,7 @@ py::dict MetricsDict() {
     d["slowest_compile_op"] = m.slowest_compile_op;
   }
   d["executions"] = m.executions.load();
+  d["donated_buffers"] = m.donated_buffers.load();
   d["ops_recorded"] = m.ops_recorded.load();
   d["fused_graphs_run"] = m.fused_graphs_run.load();
   d["fused_graphs_compiled"] = m.fused_graphs_compiled.load();

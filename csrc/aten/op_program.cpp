@@ -331,6 +331,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     for (size_t i = num_inputs; i < e.num_args; ++i) count += stack[first + i].isTensor() ? 1 : 0;
     out_slot_begin = call.slots.size() - count;
   }
+  std::unordered_map<TpuStorage*, int> storage_params;  // the parameter index of each storage read
   auto storage_value = [&](size_t slot) -> shlo::Value {
     const at::Tensor& t = call.slots[slot];
     TpuStorage* s = StorageOf(t);
@@ -338,6 +339,7 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     if (it != storage_values.end()) return it->second;
     bool typed = s->buffer || s->pending;
     shlo::ElemType elem = typed ? s->elem : ToElemType(t.scalar_type());
+    storage_params[s] = static_cast<int>(program->params.size());
     program->params.push_back({ParamSource::Storage, static_cast<int>(slot), elem});
     std::vector<int64_t> dims = typed ? s->BufferDims() : std::vector<int64_t>{};
     if (dims.empty()) dims = {static_cast<int64_t>(s->nbytes / shlo::ByteSize(elem))};
@@ -543,11 +545,19 @@ std::shared_ptr<OpProgram> BuildProgram(const OpEntry& e, torch::jit::Stack& sta
     // lowering::Ctx::ErrorKind and runtime::CheckKind list the same kinds in the same order.
     program->check_kinds.push_back(static_cast<runtime::CheckKind>(check.kind));
   }
+  // A write into a storage the op also reads may reuse its buffer (an in-place update).
+  TORCH_CHECK(b.params().size() == program->params.size(), "tpu: ", e.name, ": parameters out of step");
+  for (size_t w = 0; w < written.size(); ++w) {
+    auto param = storage_params.find(written[w]);
+    size_t result = first_write + w;
+    if (param != storage_params.end() && b.params().at(param->second).type == outputs[result].type)
+      program->aliases.emplace_back(param->second, static_cast<int>(result));
+  }
   program->id = runtime::Program::NextId();
   program->name = e.name;
   for (const auto& p : b.params()) program->param_types.push_back(p.type);
   for (const auto& o : outputs) program->result_types.push_back(o.type);
-  program->module_text = b.Module(outputs);
+  program->module_text = b.Module(outputs, program->aliases);
   program->function_text = b.Function("f" + std::to_string(program->id), outputs, false);
   program->imports = b.imports();
   return op;

@@ -353,11 +353,12 @@ void Event::AwaitIgnoringError() const {
 }
 
 std::vector<BufferPtr> Executable::Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args,
-                                           EventPtr* done) const {
+                                           EventPtr* done, const std::vector<bool>& donated) const {
   auto options = Args<PJRT_ExecuteOptions>();
   // Our buffers may be shared between tensors: nothing is donated unless the caller says so.
-  std::vector<int64_t> non_donatable(args.size());
-  for (size_t i = 0; i < args.size(); ++i) non_donatable[i] = static_cast<int64_t>(i);
+  std::vector<int64_t> non_donatable;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (i >= donated.size() || !donated[i]) non_donatable.push_back(static_cast<int64_t>(i));
   options.non_donatable_input_indices = non_donatable.data();
   options.num_non_donatable_input_indices = non_donatable.size();
 

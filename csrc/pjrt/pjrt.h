@@ -122,8 +122,10 @@ class Executable {
   // outputs' values become ready later (Buffer::Await / ToHost wait for them). `done`, when
   // given, receives an event that is ready once the whole execution has finished (outputs
   // nobody keeps included).
+  // `donated`: the arguments whose buffers the execution may take over for an output the
+  // program aliases to them (their buffers are invalid afterwards); no others are donated.
   std::vector<BufferPtr> Execute(PJRT_Device* device, const std::vector<PJRT_Buffer*>& args,
-                                 EventPtr* done = nullptr) const;
+                                 EventPtr* done = nullptr, const std::vector<bool>& donated = {}) const;
   // Runs a replicated executable once over all its devices: `args[i]` are replica i's
   // arguments, and the result's [i] its outputs (asynchronous, as Execute).
   std::vector<std::vector<BufferPtr>> ExecuteReplicated(const std::vector<std::vector<PJRT_Buffer*>>& args) const;

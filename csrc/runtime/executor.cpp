@@ -19,6 +19,7 @@ int64_t FusedOpLimit() {
 
 thread_local int t_graph_locks = 0;
 
+
 // graph_mu_, counted per thread for HoldsGraph.
 class GraphLock {
  public:
@@ -32,6 +33,11 @@ class GraphLock {
 }  // namespace
 
 bool Executor::HoldsGraph() { return t_graph_locks > 0; }
+
+bool Executor::DonationEnabled() {
+  static bool enabled = EnvInt("TORCH_TPU_DONATE", 0, 1).value_or(1) != 0;
+  return enabled;
+}
 
 int Program::NextId() {
   static std::atomic<int> next_id{0};
@@ -123,9 +129,35 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   std::vector<PJRT_Buffer*> raw;
   raw.reserve(keep.size());
   for (const auto& b : keep) raw.push_back(b->raw());
-  std::vector<pjrt::BufferPtr> outs = Runtime::Get().Execute(*exe, request.device, raw, {request.program});
+  std::vector<bool> donated =
+      Donations(p.aliases, keep, [&](int param, int) { return request.storages[p.params[param].slot]; });
+  std::vector<pjrt::BufferPtr> outs =
+      Runtime::Get().Execute(*exe, request.device, raw, {request.program}, donated);
   GetMetrics().executions++;
   return Land(request, std::move(outs), guards);
+}
+
+std::vector<bool> Executor::Donations(const std::vector<std::pair<int, int>>& aliases,
+                                      const std::vector<pjrt::BufferPtr>& args,
+                                      const std::function<TpuStorage*(int, int)>& storage_of) {
+  std::vector<bool> donated;
+  if (aliases.empty() || !DonationEnabled()) return donated;
+  for (const auto& [param, result] : aliases) {
+    TpuStorage* s = storage_of(param, result);
+    // Held by its storage and by `args` once: no other storage, tensor, host read or graph
+    // sees this buffer, and the write replaces it in the storage (Land). Executions already
+    // queued that read it keep their order: PJRT starts this one after them.
+    bool sole = false;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      sole = s->buffer == args[param] && args[param].use_count() == 2;
+    }
+    if (!sole) continue;
+    if (donated.empty()) donated.resize(args.size(), false);
+    donated[param] = true;
+    GetMetrics().donated_buffers++;
+  }
+  return donated;
 }
 
 std::vector<pjrt::BufferPtr> Executor::RunReplicatedProgram(const Request& request) {

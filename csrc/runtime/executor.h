@@ -80,6 +80,15 @@ class Executor {
   // lock may hold.
   static bool HoldsGraph();
 
+  // Which of a run's arguments `args` it donates, of the (parameter, result) pairs its program
+  // aliases (Program::aliases): the buffer of the storage the result is written into
+  // (`storage_of(parameter, result)`), when nothing but that storage and `args` holds it.
+  // Empty: none. TORCH_TPU_DONATE=0 donates none.
+  static bool DonationEnabled();  // TORCH_TPU_DONATE (default 1)
+  static std::vector<bool> Donations(const std::vector<std::pair<int, int>>& aliases,
+                                     const std::vector<pjrt::BufferPtr>& args,
+                                     const std::function<TpuStorage*(int, int)>& storage_of);
+
  private:
   Executor();
   // Run's path for a program replicated over an in-process group (Program::replicas).

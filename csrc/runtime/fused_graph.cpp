@@ -1,11 +1,13 @@
 #include "fused_graph.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "background_compile.h"
 #include "dump.h"
@@ -120,7 +122,7 @@ void FusedGraph::Record(const Request& request) {
         args.push_back(it->second);
         continue;
       }
-      int id = AddParam(s->Materialize(src.elem), p.param_types[i]);
+      int id = AddParam(s->Materialize(src.elem), p.param_types[i], static_cast<int64_t>(s->uid));
       storage_value_[s->uid] = id;
       args.push_back(id);
     } else {
@@ -161,6 +163,12 @@ void FusedGraph::Flush(const char* cause) {
   key_.push_back(-1);
   for (int o : outputs) key_.push_back(o);
   for (const auto& c : checks_) key_.push_back(c.first);
+  std::vector<std::pair<int, int>> aliases = Aliases(targets);
+  key_.push_back(-2);  // the module marks them: part of its structure
+  for (const auto& [param, output] : aliases) {
+    key_.push_back(param);
+    key_.push_back(output);
+  }
 
   metrics.fused_graphs_run++;
   metrics.fused_ops += static_cast<int64_t>(calls_.size());
@@ -208,7 +216,7 @@ void FusedGraph::Flush(const char* cause) {
   }
   if (!fused) {
     fused = std::make_shared<FusedProgram>();
-    std::string module = ModuleText(outputs);
+    std::string module = ModuleText(outputs, aliases);
     std::string what = "fused graph of " + std::to_string(calls_.size()) + " ops";
     std::string detail = DumpDir().empty() ? "" : Functions();
     bool later = false;
@@ -261,6 +269,8 @@ void FusedGraph::Flush(const char* cause) {
   std::vector<pjrt::BufferPtr> params = std::move(params_);  // alive until Execute returns
   std::vector<PJRT_Buffer*> raw;
   for (const auto& b : params) raw.push_back(b->raw());
+  std::vector<bool> donated =
+      Executor::Donations(aliases, params, [&](int, int output) { return targets[output].first.get(); });
   int device = device_;
   std::vector<std::pair<int, CheckPtr>> checks = std::move(checks_);
   Runtime::Label label{programs_.back(), calls_.size()};
@@ -268,7 +278,7 @@ void FusedGraph::Flush(const char* cause) {
   Reset();  // before running: a failure must not leave the graph half-flushed
   std::vector<pjrt::BufferPtr> outs;
   try {
-    outs = rt.Execute(*fused->exe, device, raw, std::move(label));
+    outs = rt.Execute(*fused->exe, device, raw, std::move(label), donated);
   } catch (const std::exception& ex) {
     std::string message = "tpu: " + what + " failed: " + ex.what();
     for (auto& t : targets) t.first->MarkFailed(message);
@@ -340,13 +350,37 @@ void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& tar
     for (int a : calls[k].args) last_use[a] = k;
   for (int o : outputs) last_use[o] = calls.size();
   for (const auto& ch : checks) last_use[ch.first] = calls.size();
+  // The old buffers of the storages this graph writes: once the graph's last read of one is
+  // done nobody reads it again (a reader of a pending storage waits for this flush).
+  std::unordered_set<const pjrt::Buffer*> replaced;
+  for (const auto& t : targets) {
+    std::lock_guard<std::mutex> lock(t.first->mu);
+    if (t.first->buffer) replaced.insert(t.first->buffer.get());
+  }
+  // An op's write may take over the buffer of the value it updates (Program::aliases) at that
+  // value's last use, when only `values` (and for a parameter, its replaced storage) holds it.
+  auto donations = [&](const Call& c, size_t k) {
+    std::vector<bool> donated;
+    if (!Executor::DonationEnabled()) return donated;
+    for (const auto& [param, result] : c.program->aliases) {
+      int a = c.args[param];
+      if (last_use[a] != k || std::count(c.args.begin(), c.args.end(), a) != 1) continue;
+      long holders = values[a].use_count();
+      if (holders != 1 && !(holders == 2 && replaced.count(values[a].get()))) continue;
+      if (donated.empty()) donated.resize(c.args.size(), false);
+      donated[param] = true;
+      GetMetrics().donated_buffers++;
+    }
+    return donated;
+  };
   for (size_t k = 0; k < calls.size(); ++k) {
     const Call& c = calls[k];
     try {
       rt.AwaitRoom(device);
       std::vector<PJRT_Buffer*> raw;
       for (int a : c.args) raw.push_back(values[a]->raw());
-      std::vector<pjrt::BufferPtr> outs = rt.Execute(*c.program->Compiled(), device, raw, {programs[k]});
+      std::vector<pjrt::BufferPtr> outs =
+          rt.Execute(*c.program->Compiled(), device, raw, {programs[k]}, donations(c, k));
       GetMetrics().executions++;
       for (size_t i = 0; i < outs.size(); ++i) values[c.first_result + static_cast<int>(i)] = std::move(outs[i]);
       for (int a : c.args)
@@ -367,7 +401,8 @@ void FusedGraph::RunOneByOne(const std::vector<int>& outputs, const Targets& tar
   for (auto& [id, check] : checks) check->SetFlag(values[id]);
 }
 
-int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type) {
+int FusedGraph::AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type, int64_t uid) {
+  if (uid >= 0) param_of_storage_[static_cast<uint64_t>(uid)] = static_cast<int>(params_.size());
   int id = static_cast<int>(value_types_.size());
   value_types_.push_back(type);
   param_ids_.push_back(id);
@@ -386,7 +421,19 @@ void FusedGraph::MarkPending(TpuStorage* s, int value, shlo::ElemType elem, cons
   if (pending_uids_.insert(s->uid).second) pending_order_.emplace_back(s->uid, s->weak_from_this());
 }
 
-std::string FusedGraph::ModuleText(const std::vector<int>& outputs) {
+std::vector<std::pair<int, int>> FusedGraph::Aliases(const Targets& targets) const {
+  std::vector<std::pair<int, int>> aliases;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    auto param = param_of_storage_.find(targets[i].first->uid);
+    if (param == param_of_storage_.end()) continue;
+    int value = storage_value_.at(targets[i].first->uid);
+    if (value_types_[param_ids_[param->second]] == value_types_[value])
+      aliases.emplace_back(param->second, static_cast<int>(i));
+  }
+  return aliases;
+}
+
+std::string FusedGraph::ModuleText(const std::vector<int>& outputs, const std::vector<std::pair<int, int>>& aliases) {
   refs_.clear();
   std::string functions, body;
   std::unordered_set<int> emitted;
@@ -395,6 +442,8 @@ std::string FusedGraph::ModuleText(const std::vector<int>& outputs) {
   for (size_t i = 0; i < param_ids_.size(); ++i) {
     refs_[param_ids_[i]] = "%p" + std::to_string(i);
     params += (i ? ", " : "") + refs_[param_ids_[i]] + ": " + value_types_[param_ids_[i]].str();
+    for (const auto& [param, output] : aliases)
+      if (param == static_cast<int>(i)) params += " {tf.aliasing_output = " + std::to_string(output) + " : i32}";
   }
   for (size_t c = 0; c < calls_.size(); ++c) {
     const Call& call = calls_[c];
@@ -444,6 +493,7 @@ void FusedGraph::Reset() {
   programs_.clear();
   params_.clear();
   param_ids_.clear();
+  param_of_storage_.clear();
   value_types_.clear();
   storage_value_.clear();
   elem_.clear();

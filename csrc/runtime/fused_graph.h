@@ -40,10 +40,14 @@ class FusedGraph {
                     const std::shared_ptr<FusedProgram>& fused);
   // For the dump (TORCH_TPU_DUMP_DIR): which op each @f<id> of the module is, and how often it is called.
   std::string Functions() const;
-  int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type);
+  // `uid`: the storage whose buffer it is (-1: a host parameter).
+  int AddParam(pjrt::BufferPtr buffer, const shlo::TensorType& type, int64_t uid = -1);
   void MarkPending(TpuStorage* s, int value, shlo::ElemType elem, const std::vector<int64_t>& dims,
                    const CheckSet& guards);
-  std::string ModuleText(const std::vector<int>& outputs);
+  // The (parameter, output) pairs where an output is the new value of the storage whose
+  // buffer the parameter is, of the same type: the program may write it in place.
+  std::vector<std::pair<int, int>> Aliases(const Targets& targets) const;
+  std::string ModuleText(const std::vector<int>& outputs, const std::vector<std::pair<int, int>>& aliases);
   void Reset();
 
   int device_ = -1;
@@ -51,6 +55,7 @@ class FusedGraph {
   std::vector<std::shared_ptr<Program>> programs_;  // keeps every recorded program alive
   std::vector<pjrt::BufferPtr> params_;
   std::vector<int> param_ids_;
+  std::unordered_map<uint64_t, int> param_of_storage_;  // storage uid -> index in params_
   std::vector<shlo::TensorType> value_types_;        // by value id: params and call results
   std::unordered_map<uint64_t, int> storage_value_;  // storage uid -> its current value id
   std::unordered_map<uint64_t, shlo::ElemType> elem_;

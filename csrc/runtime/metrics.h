@@ -23,6 +23,7 @@ struct Metrics {
   std::atomic<int64_t> disk_load_time_us{0};  // reading and deserialising disk cache hits
   std::atomic<int64_t> slowest_compile_us{0};
   std::atomic<int64_t> executions{0};
+  std::atomic<int64_t> donated_buffers{0};  // storage buffers an in-place write took over (no copy)
   std::atomic<int64_t> ops_recorded{0};           // fused mode: ops deferred into graphs
   std::atomic<int64_t> fused_graphs_run{0};
   std::atomic<int64_t> fused_graphs_compiled{0};

@@ -48,6 +48,11 @@ struct Program {
   // Results, in order: one per new tensor (`new_elems`), one per write, one i1 per check.
   std::vector<shlo::ElemType> new_elems;
   std::vector<WriteTarget> writes;
+  // (parameter, result) pairs where a write's result may take over the buffer of the storage
+  // parameter it updates (tf.aliasing_output): an in-place write then moves only what it
+  // changes, not the whole storage (a KV cache slot, a dynamic_update_slice). The executor
+  // donates the parameter only when its storage alone holds that buffer (Executor::Donations).
+  std::vector<std::pair<int, int>> aliases;
   std::vector<std::string> check_messages;  // device-side asserts (device_checks.h)
   std::vector<CheckKind> check_kinds;       // the exception each raises, by check
   // A compiled graph holding collectives: the program runs replicated over the devices of

@@ -481,10 +481,11 @@ std::string Runtime::Label::Describe() const {
 }
 
 std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int device,
-                                              const std::vector<PJRT_Buffer*>& args, Label label) {
+                                              const std::vector<PJRT_Buffer*>& args, Label label,
+                                              const std::vector<bool>& donated) {
   pjrt::EventPtr done;
   auto start = std::chrono::steady_clock::now();
-  std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done);
+  std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done, donated);
   CountTpuTargetRun(&exe);
   if (done == nullptr) return outputs;
   std::lock_guard<std::mutex> lock(in_flight_mu_);

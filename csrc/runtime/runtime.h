@@ -139,8 +139,9 @@ class Runtime {
   };
   // Runs `exe` on `device` (asynchronously) and remembers the execution until it finishes, so
   // that AwaitExecutions can wait for programs whose outputs nobody kept.
+  // `donated`: as pjrt::Executable::Execute.
   std::vector<pjrt::BufferPtr> Execute(const pjrt::Executable& exe, int device, const std::vector<PJRT_Buffer*>& args,
-                                       Label label);
+                                       Label label, const std::vector<bool>& donated = {});
   // Waits (abandonably, long_wait.h) until fewer than kMaxRunning executions run on `device`.
   // Call before Execute: past their own limit plugins block inside Execute (the CPU plugin at
   // 32), a wait nobody can observe or interrupt.

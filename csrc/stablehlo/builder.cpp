@@ -158,10 +158,13 @@ Value Builder::Op1(const std::string& name, const std::vector<Value>& operands,
   return Op(name, operands, {result}, attrs, region)[0];
 }
 
-std::string Builder::Function(const std::string& name, const std::vector<Value>& results, bool is_public) const {
+std::string Builder::Function(const std::string& name, const std::vector<Value>& results, bool is_public,
+                              const std::vector<std::pair<int, int>>& aliases) const {
   std::string s = std::string("  func.func ") + (is_public ? "public" : "private") + " @" + name + "(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s += (i ? ", " : "") + params_[i].ref() + ": " + params_[i].type.str();
+    for (const auto& [param, result] : aliases)
+      if (param == static_cast<int>(i)) s += " {tf.aliasing_output = " + std::to_string(result) + " : i32}";
   }
   s += ") -> (";
   for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + results[i].type.str();
@@ -179,10 +182,10 @@ void Builder::Import(const std::string& name, const std::string& functions) {
   imports_.emplace_back(name, functions);
 }
 
-std::string Builder::Module(const std::vector<Value>& results) const {
+std::string Builder::Module(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases) const {
   std::string imported;
   for (const auto& [name, text] : imports_) imported += text;
-  return WrapModule(imported + Function("main", results, true));
+  return WrapModule(imported + Function("main", results, true, aliases));
 }
 
 std::string WrapModule(const std::string& functions) {

@@ -74,9 +74,12 @@ class Builder {
   Value Op1(const std::string& name, const std::vector<Value>& operands, const TensorType& result,
             const std::string& attrs = "", const std::string& region = "");
   // The whole module with `results` as the function results.
-  std::string Module(const std::vector<Value>& results) const;
+  // `aliases`: (parameter, result) pairs the module marks tf.aliasing_output (the result may
+  // reuse the parameter's buffer when the caller donates it; types must be equal).
+  std::string Module(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& aliases = {}) const;
   // Just the function (`func.func public|private @name ...`), for modules that hold several.
-  std::string Function(const std::string& name, const std::vector<Value>& results, bool is_public) const;
+  std::string Function(const std::string& name, const std::vector<Value>& results, bool is_public,
+                       const std::vector<std::pair<int, int>>& aliases = {}) const;
   const std::vector<Value>& params() const { return params_; }
   // Private functions imported from elsewhere (a custom kernel's module, already renamed so
   // that its symbols are unique to it): Module() prints them before @main; callers that print
