@@ -1,6 +1,7 @@
 // The helper vocabulary of the lowering families (helpers.h).
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "helpers.h"
 
@@ -186,6 +187,24 @@ Value ScatterPointsWith(Ctx& ctx, Value x, Value coords, Value updates, const Co
                       "], index_vector_dim = " + std::to_string(coords.type.rank() - 1) +
                       ">, indices_are_sorted = false, unique_indices = false";
   return ctx.b.Op1("stablehlo.scatter", {x, coords, updates}, x.type, attrs, region);
+}
+
+Value ScatterSlices(Ctx& ctx, Value x, int64_t dim, Value index, Value updates, const std::string& combine) {
+  int64_t r = x.type.rank(), n = index.type.numel();
+  // s32 indices where the dim allows: TPUs emulate s64 arithmetic.
+  ElemType index_elem = x.type.dims[dim] <= std::numeric_limits<int32_t>::max() ? ElemType::S32 : ElemType::S64;
+  Value idx = ctx.b.Reshape(ConvertTo(ctx, index, index_elem), {n, 1});
+  TensorType scalar{x.type.elem, {}};
+  std::string region = ctx.b.Region({scalar, scalar}, [&](const std::vector<Value>& args) {
+    return std::vector<Value>{combine.empty() ? args[1] : ctx.b.Binary(combine, args[0], args[1])};
+  });
+  std::vector<int64_t> window;
+  for (int64_t d = 0; d < r; ++d)
+    if (d != dim) window.push_back(d);
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" + shlo::JoinInts(window) +
+                      "], inserted_window_dims = [" + std::to_string(dim) + "], scatter_dims_to_operand_dims = [" +
+                      std::to_string(dim) + "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false";
+  return ctx.b.Op1("stablehlo.scatter", {x, idx, updates}, x.type, attrs, region);
 }
 
 Value CoordsAlongDim(Ctx& ctx, Value index, int64_t dim, int64_t rank) {

@@ -4,6 +4,7 @@
 // PyTorch raises instead, so every rule also reports out-of-range indices with ctx.AddCheck
 // (a device-side assert, raised no later than the next synchronisation).
 #include <cmath>
+#include <cstdint>
 
 #include "helpers.h"
 
@@ -190,6 +191,14 @@ Value IndexCoords(Ctx& ctx, Value index, const std::vector<int64_t>& source_dims
   return CoordsAlongDim(ctx, full, dim, static_cast<int64_t>(source_dims.size()));
 }
 
+// index_add/index_copy's source as the slices ScatterSlices takes: self's dims with the index's
+// length at `dim` (PyTorch also accepts a source of one fewer dim where the index has one entry).
+Value SlicesOf(Ctx& ctx, Value source, const TensorType& self, int64_t dim, Value index) {
+  std::vector<int64_t> dims = self.dims;
+  dims[dim] = index.type.numel();
+  return source.type.dims == dims ? source : ctx.b.Reshape(source, dims);
+}
+
 // index_add(self, dim, index, source, alpha): self.select(dim, index[i]) += alpha * source.select(dim, i).
 std::vector<Value> LowerIndexAdd(Ctx& ctx, const Args& a) {
   const TensorType& t = ctx.out();
@@ -204,7 +213,7 @@ std::vector<Value> LowerIndexAdd(Ctx& ctx, const Args& a) {
     source = ctx.b.Binary(t.elem == ElemType::Pred ? "and" : "multiply", source, alpha);
   }
   if (t.rank() == 0) return {ctx.b.Binary(t.elem == ElemType::Pred ? "or" : "add", self, source)};
-  return {ScatterPoints(ctx, self, IndexCoords(ctx, a.tensor(2), source.type.dims, dim), source, Combiner("add", t.elem))};
+  return {ScatterSlices(ctx, self, dim, a.tensor(2), SlicesOf(ctx, source, t, dim, a.tensor(2)), Combiner("add", t.elem))};
 }
 
 // index_copy(self, dim, index, source): self.select(dim, index[i]) = source.select(dim, i).
@@ -215,7 +224,17 @@ std::vector<Value> LowerIndexCopy(Ctx& ctx, const Args& a) {
   CheckIndex(ctx, a.tensor(2), dim, t.rank() == 0 ? 1 : t.dims[dim], false, "index_copy");
   if (a.tensor(2).type.numel() == 0 || t.numel() == 0) return {self};
   if (t.rank() == 0) return {ctx.b.Reshape(source, {})};
-  return {ScatterPoints(ctx, self, IndexCoords(ctx, a.tensor(2), source.type.dims, dim), source, "")};
+  Value index = a.tensor(2);
+  source = SlicesOf(ctx, source, t, dim, index);
+  if (index.type.numel() == 1) {
+    // One slice (a decode step's cache position): a dynamic_update_slice. It clamps an
+    // out-of-range start where scatter would drop the slice; the check above raises either way.
+    ElemType start_elem = t.dims[dim] <= INT32_MAX ? ElemType::S32 : ElemType::S64;  // TPUs emulate s64
+    std::vector<Value> starts(t.rank(), ctx.b.ConstantInt(0, {start_elem, {}}));
+    starts[dim] = ctx.b.Reshape(ConvertTo(ctx, index, start_elem), {});
+    return {ctx.b.DynamicUpdateSliceAt(self, source, starts)};
+  }
+  return {ScatterSlices(ctx, self, dim, index, source, "")};
 }
 
 // index_reduce(self, dim, index, source, reduce, include_self): prod, mean, amax or amin.
