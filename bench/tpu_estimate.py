@@ -36,9 +36,13 @@ highest against JAX default), which is not a comparison of the same program.
 to 32 bits (a text rewrite of the StableHLO, for measuring only: s64 -> s32 wherever it appears) and
 prints what 64-bit index arithmetic costs.
 
+--without-donation also compiles each program that writes a storage in place without its aliases
+(tf.aliasing_output), as if its storage's buffer were not donated (TORCH_TPU_DONATE=0), and prints what
+donation saves: a partial write (a KV cache slot) then copies its whole storage.
+
     python bench/tpu_estimate.py [--topology v5e:2x2|v6e:2x2] [--only llama] [--variants strict,compiled,jax]
                                  [--llama-batch 4] [--precision highest|high|default|native]
-                                 [--s64] [--json out.json]
+                                 [--s64] [--without-donation] [--json out.json]
 """
 
 import argparse
@@ -108,7 +112,7 @@ def to_s32(text):
     return re.sub(r"dense<([-\d, \[\]]+)>(\s*:\s*tensor<(?:\d+x)*(u?)i32>)", clamp, text)
 
 
-def _sum(rows, s64_rows=None):
+def _sum(rows, s64_rows=None, kept_rows=None):
     t = tpu_target.totals(rows)
     out = {"gflop": t["gflop"], "gb": t["hbm_mb"] / 1e3, "ms": t["modelled_ms"], "unmod": t["unmodelled"],
            "copies": t["copies"], "param_copies": sum(param_copies(r["optimized_hlo"])[0] for r in rows if r["ok"]),
@@ -121,6 +125,10 @@ def _sum(rows, s64_rows=None):
         out["s32"] = {"gb": s["hbm_mb"] / 1e3, "ms": s["modelled_ms"],
                       "errors": s["errors"] + sum(1 for r in s64_rows if r.get("s32_error")),
                       "programs_with_s64": sum(1 for r in rows if r.get("has_s64"))}
+    if kept_rows is not None:
+        k = tpu_target.totals(kept_rows)
+        out["undonated"] = {"gb": k["hbm_mb"] / 1e3, "ms": k["modelled_ms"], "errors": k["errors"],
+                            "programs_aliased": len({r["program_id"] for r in rows if r.get("aliased")})}
     return out
 
 
@@ -312,7 +320,24 @@ def _s64_rows(rows, topology):
     return out
 
 
-def one_variant(topology, key, variant, batch, s64, precision):
+ALIAS = re.compile(r" \{tf\.aliasing_output = \d+ : i32\}")
+
+
+def _undonated_rows(rows, topology):
+    """The same programs without their in-place aliases (tf.aliasing_output): what each in-place
+    write would move if its storage's buffer were not donated (every write a fresh buffer)."""
+    out, done = [], {}
+    for r in rows:
+        if r["program_id"] not in done:
+            text = r.get("module_text", "")
+            r["aliased"] = bool(ALIAS.search(text))
+            done[r["program_id"]] = (tpu_target.compile_module(ALIAS.sub("", text), topology, name=r["name"])
+                                     if r["aliased"] else r)
+        out.append(done[r["program_id"]])
+    return out
+
+
+def one_variant(topology, key, variant, batch, s64, precision, undonated=False):
     name, torch_build, jax_build = workloads(batch)[key]
     torch_precision, jax_precision = PRECISIONS[precision]
     if variant == "jax":
@@ -326,7 +351,7 @@ def one_variant(topology, key, variant, batch, s64, precision):
         torch.set_float32_matmul_precision(torch_precision)
     tpu_target.enable(topology)
     step = torch_build(variant)
-    torch_tpu.synchronize() if hasattr(torch_tpu, "synchronize") else None
+    torch.tpu.synchronize()  # the setup's own work (a decode step's prefill) is done before the step
     tpu_target.report(wait=True, clear=True)  # moving the inputs to the device is not the step
     if variant == "fused":
         with torch_tpu.eager_mode("fused"):
@@ -341,15 +366,17 @@ def one_variant(topology, key, variant, batch, s64, precision):
             step().cpu()
         rows = tpu_target.report(wait=True, clear=True)
     rows = per_run(rows, before, tpu_target.runs())
-    print("RESULT", json.dumps(_sum(rows, _s64_rows(rows, topology) if s64 else None)))
+    print("RESULT", json.dumps(_sum(rows, _s64_rows(rows, topology) if s64 else None,
+                                    _undonated_rows(rows, topology) if undonated else None)))
 
 
-def run_variant(topology, key, variant, batch, s64, precision):
+def run_variant(topology, key, variant, batch, s64, precision, undonated=False):
     env = dict(os.environ)
     if variant == "fused":
         env["TORCH_TPU_FUSED_COMPILE_AFTER"] = "1"
     cmd = [sys.executable, os.path.abspath(__file__), "--topology", topology, "--one", key, variant,
-           "--llama-batch", str(batch), "--precision", precision] + (["--s64"] if s64 else [])
+           "--llama-batch", str(batch), "--precision", precision] + (["--s64"] if s64 else []) + \
+        (["--without-donation"] if undonated else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
@@ -369,11 +396,13 @@ def main():
     p.add_argument("--llama-batch", type=int, default=4)
     p.add_argument("--precision", choices=sorted(PRECISIONS), default="highest")
     p.add_argument("--s64", action="store_true")
+    p.add_argument("--without-donation", action="store_true",
+                   help="also compile each program without its in-place aliases: what donation saves")
     p.add_argument("--json")
     p.add_argument("--one", nargs=2)
     a = p.parse_args()
     if a.one:
-        return one_variant(a.topology, a.one[0], a.one[1], a.llama_batch, a.s64, a.precision)
+        return one_variant(a.topology, a.one[0], a.one[1], a.llama_batch, a.s64, a.precision, a.without_donation)
     variants = a.variants.split(",")
     print(f"libtpu cost model for {a.topology}: the compiler's estimates, not measurements (no TPU ran anything); "
           f"f32 matmul precision {a.precision}" + (" (each side's own default)" if a.precision == "native" else
@@ -391,7 +420,7 @@ def main():
                 continue
             try:
                 t = jax_t if variant == "jax" else run_variant(a.topology, key, variant, a.llama_batch, a.s64,
-                                                                a.precision)
+                                                                a.precision, a.without_donation)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"{name:<26} {variant:<9} failed: {str(e)[-300:]}", flush=True)
                 continue
@@ -408,6 +437,11 @@ def main():
                 print(f"{'':<26} {'  as s32':<9} {s['programs_with_s64']:>5} {'':>5} {'':>8} {s['gb']:8.4f} {s['ms']:9.4f} "
                       f"{'':>5} {'':>6} {'':>5} {'':>4} {_ratio(t['gb'], s['gb']):7.3f} {_ratio(t['ms'], s['ms']):7.3f}"
                       f"  (s64/s32; {s['errors']} errors)", flush=True)
+            if "undonated" in t:
+                u = t["undonated"]
+                print(f"{'':<26} {'  no alias':<9} {u['programs_aliased']:>5} {'':>5} {'':>8} {u['gb']:8.4f} {u['ms']:9.4f} "
+                      f"{'':>5} {'':>6} {'':>5} {'':>4} {_ratio(t['gb'], u['gb']):7.3f} {_ratio(t['ms'], u['ms']):7.3f}"
+                      f"  (donated/undonated; {u['errors']} errors)", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"topology": a.topology, "llama_batch": a.llama_batch, "precision": a.precision,
