@@ -82,7 +82,8 @@ Value ScatterPointsWith(Ctx& ctx, Value x, Value coords, Value updates, const Co
 // Slice scatter into x along `dim`: x.select(dim, index[i]) = combine(that slice,
 // updates.select(dim, i)) for a 1-D integer `index` of n entries and `updates` of x's dims with
 // n at `dim`. One window per index: TPUs scatter whole slices far faster than one point per
-// element (a KV cache's index_copy_ as points moved 280x its bytes in libtpu's cost model).
+// element (libtpu's cost model: a decode step's index_copy_ into a 2 MB static KV cache moved
+// 25 MB as points, 1.6 MB as one slice).
 Value ScatterSlices(Ctx& ctx, Value x, int64_t dim, Value index, Value updates, const std::string& combine);
 // Coordinates for points of `shape` where coordinate `dim` is `index` and the others are the
 // point's own: shape + [rank].
