@@ -76,9 +76,30 @@ pjrt::BufferPtr Operand(const at::Tensor& t) {
     flat = flat.clone(at::MemoryFormat::Contiguous);
     s = StorageOf(flat);
   }
+  bool shaped;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    shaped = !s->dims.empty();
+  }
+  if (shaped) {
+    // A buffer shaped like its tensor (rank >= 2) is copied out 1-D first: on a TPU that
+    // relayout is needed either way, and a rank's shape need not match another's.
+    c10::DeviceGuard guard(flat.device());
+    at::Tensor one_d = at::empty({flat.numel()}, flat.options());
+    one_d.copy_(flat.view({flat.numel()}));
+    flat = one_d;
+    s = StorageOf(flat);
+  }
   if (s->pending) runtime::Executor::Get().FlushFor(*s, "collective");
   RaiseChecksOf(s);
-  return s->Materialize(elem);
+  pjrt::BufferPtr buffer = s->Materialize(elem);
+  // The operand must be the 1-D array the program's parameter types (as every rank's is,
+  // whatever shape its tensor has). PJRT checks only byte sizes: a TPU's tiled 2-D buffer
+  // passed as 1-D would hand the program its tiles' bytes out of order.
+  std::vector<int64_t> dims = buffer->dims();
+  TORCH_CHECK(dims == std::vector<int64_t>{flat.numel()}, "tpu: collective operand of shape ", c10::IntArrayRef(dims),
+              " for a 1-D program parameter of ", flat.numel(), " elements");
+  return buffer;
 }
 
 void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
