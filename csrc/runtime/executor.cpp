@@ -131,8 +131,18 @@ std::vector<pjrt::BufferPtr> Executor::Run(const Request& request) {
   for (const auto& b : keep) raw.push_back(b->raw());
   std::vector<bool> donated =
       Donations(p.aliases, keep, [&](int param, int) { return request.storages[p.params[param].slot]; });
-  std::vector<pjrt::BufferPtr> outs =
-      Runtime::Get().Execute(*exe, request.device, raw, {request.program}, donated);
+  std::vector<pjrt::BufferPtr> outs;
+  try {
+    outs = Runtime::Get().Execute(*exe, request.device, raw, {request.program}, donated);
+  } catch (const std::exception& e) {
+    // A failed run may have consumed a donated buffer: its storage's value is gone, and
+    // reading it raises this rather than PJRT's "buffer deleted or donated".
+    for (size_t i = 0; i < donated.size(); ++i)
+      if (donated[i])
+        request.storages[p.params[i].slot]->MarkFailed("tpu: " + p.name + " failed while writing this tensor in place: " +
+                                                       e.what());
+    throw;
+  }
   GetMetrics().executions++;
   return Land(request, std::move(outs), guards);
 }
