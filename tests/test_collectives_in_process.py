@@ -3,11 +3,12 @@
 program, never on the host. Each result is checked against what the collective must produce
 (Gloo's and the CPU's values), and ranks that diverge must raise, never hang."""
 import datetime
+import textwrap
 
 import pytest
 import torch
 
-from conftest import needs_devices
+from conftest import needs_devices, run_python
 
 pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built"),
               needs_devices(2)]
@@ -355,3 +356,70 @@ def test_a_recv_with_no_send_raises_after_the_timeout():
 
     with pytest.raises(RuntimeError, match=r"rank 0 posted no matching send within"):
         run_in_threads(lonely, 2, timeout=datetime.timedelta(seconds=2))
+
+
+def test_shaped_buffers_reach_the_collective_in_their_shape(tmp_path):
+    """A tensor whose storage's buffer is shaped like it (a TPU tiles 2-D buffers) is the collective
+    program's operand as it is: the program is typed in that shape, with no reshape of it to 1-D
+    (a relayout copy on a TPU), and gathers, scatters and all_to_all work on its dim 0. A reduce_scatter
+    whose dim 0 does not split over the ranks takes the buffer copied out 1-D. Ranks holding the same
+    tensor in buffers of different shapes (made by different ops) agree: they run the 1-D program."""
+    code = textwrap.dedent("""
+        import torch, torch.distributed as dist, torch_tpu
+        from torch_tpu.distributed import run_in_threads
+
+        def ranks(rank, world):
+            dev = torch.device("tpu", rank)
+            base = torch.arange(24.0).reshape(4, 6) * (rank + 1)
+            out = {}
+            t = base.to(dev)
+            dist.all_reduce(t)
+            out["all_reduce"] = t
+            b = base.to(dev)
+            dist.broadcast(b, src=1)
+            out["broadcast"] = b
+            g = torch.empty(8, 6, device=dev)
+            dist.all_gather_into_tensor(g, base.to(dev))
+            out["all_gather"] = g
+            rs = torch.empty(2, 6, device=dev)
+            dist.reduce_scatter_tensor(rs, base.to(dev))
+            out["reduce_scatter"] = rs
+            a2a = torch.empty(4, 6, device=dev)
+            dist.all_to_all_single(a2a, base.to(dev))
+            out["all_to_all"] = a2a
+            odd = torch.empty(3, 6, device=dev)  # [3, 12] split over 2 ranks: dim 0 does not split
+            dist.reduce_scatter_tensor(odd, torch.arange(36.0).reshape(3, 12).mul(rank + 1).to(dev))
+            out["odd_reduce_scatter"] = odd
+            # the same [4, 6] tensor: rank 0's buffer is [4, 6], rank 1's is 1-D (made by a 1-D op)
+            mixed = base.to(dev) if rank == 0 else base.reshape(-1).to(dev).view(4, 6)
+            dist.all_reduce(mixed)
+            out["mixed"] = mixed
+            return {k: v.cpu() for k, v in out.items()}
+
+        results = run_in_threads(ranks, 2)
+        base = [torch.arange(24.0).reshape(4, 6) * (r + 1) for r in range(2)]
+        for rank, got in enumerate(results):
+            want = {"all_reduce": base[0] + base[1], "broadcast": base[1], "all_gather": torch.cat(base),
+                    "reduce_scatter": (base[0] + base[1])[2 * rank: 2 * rank + 2],
+                    "all_to_all": torch.cat([base[0][2 * rank: 2 * rank + 2], base[1][2 * rank: 2 * rank + 2]]),
+                    "odd_reduce_scatter": (torch.arange(36.0) * 3)[18 * rank: 18 * rank + 18].reshape(3, 6),
+                    "mixed": base[0] + base[1]}
+            for k, w in want.items():
+                assert torch.equal(got[k], w), (rank, k, got[k], w)
+        m = torch_tpu.metrics()
+        assert m["collectives_via_host"] == 0 and m["collectives_on_device"] == 7, m
+        print("ok")
+    """)
+    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    texts = {p.name: p.read_text() for p in tmp_path.glob("*-collective-*.mlir")}
+    shaped = [t for t in texts.values() if "mhlo.num_replicas = 2" in t and "tensor<4x6xf32>" in t]
+    # all_reduce, broadcast, all_gather, reduce_scatter, all_to_all: typed [4,6], never reshaped
+    assert len(shaped) == 5, list(texts)
+    assert not any("stablehlo.reshape" in t for t in shaped), shaped
+    assert any('"stablehlo.all_gather"' in t and "-> tensor<8x6xf32>" in t for t in shaped)
+    assert any('"stablehlo.reduce_scatter"' in t and "-> tensor<2x6xf32>" in t for t in shaped)
+    # the odd reduce_scatter's operand was copied out 1-D; the mixed ranks ran the 1-D all_reduce
+    assert any('"stablehlo.reduce_scatter"' in t and "(tensor<36xf32>) -> tensor<18xf32>" in t for t in texts.values())
+    assert any('"stablehlo.all_reduce"' in t and "(tensor<24xf32>) -> tensor<24xf32>" in t for t in texts.values())
+    assert any("module @flatten" in t and "tensor<4x6xf32>" in t for t in texts.values()), list(texts)

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -65,7 +66,7 @@ CollectiveReduce ToReduce(const c10d::ReduceOp& op) {
 
 }  // namespace
 
-pjrt::BufferPtr Operand(const at::Tensor& t) {
+pjrt::BufferPtr Operand(const at::Tensor& t, const std::function<bool(const std::vector<int64_t>&)>& keeps_shape) {
   TORCH_CHECK(t.device().is_privateuseone(), "torch.distributed on tpu: expected a tpu tensor, got one on ",
               t.device());
   shlo::ElemType elem = ToElemType(t.scalar_type());
@@ -76,49 +77,51 @@ pjrt::BufferPtr Operand(const at::Tensor& t) {
     flat = flat.clone(at::MemoryFormat::Contiguous);
     s = StorageOf(flat);
   }
-  bool shaped;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    shaped = !s->dims.empty();
-  }
-  if (shaped) {
-    // A buffer shaped like its tensor (rank >= 2) is copied out 1-D first: on a TPU that
-    // relayout is needed either way, and a rank's shape need not match another's.
+  auto materialize = [elem](runtime::TpuStorage* st) {
+    if (st->pending) runtime::Executor::Get().FlushFor(*st, "collective");
+    RaiseChecksOf(st);
+    return st->Materialize(elem);
+  };
+  pjrt::BufferPtr buffer = materialize(s);
+  auto keeps = [&](const std::vector<int64_t>& dims) {
+    return dims.size() == 1 || (dims.size() > 1 && keeps_shape && keeps_shape(dims));
+  };
+  if (!keeps(buffer->dims())) {
+    // A shaped buffer the program cannot take as it is (a reduce_scatter whose dim 0 does not
+    // split over the ranks, a send) is copied out 1-D: on a TPU, a relayout.
     c10::DeviceGuard guard(flat.device());
     at::Tensor one_d = at::empty({flat.numel()}, flat.options());
     one_d.copy_(flat.view({flat.numel()}));
-    flat = one_d;
-    s = StorageOf(flat);
+    buffer = materialize(StorageOf(one_d));
   }
-  if (s->pending) runtime::Executor::Get().FlushFor(*s, "collective");
-  RaiseChecksOf(s);
-  pjrt::BufferPtr buffer = s->Materialize(elem);
-  // The operand must be the 1-D array the program's parameter types (as every rank's is,
-  // whatever shape its tensor has). PJRT checks only byte sizes: a TPU's tiled 2-D buffer
-  // passed as 1-D would hand the program its tiles' bytes out of order.
+  // The program's parameter is typed in this buffer's shape. PJRT checks only byte sizes: a
+  // TPU's tiled 2-D buffer passed for another shape would hand the program its tiles' bytes
+  // out of order.
   std::vector<int64_t> dims = buffer->dims();
-  TORCH_CHECK(dims == std::vector<int64_t>{flat.numel()}, "tpu: collective operand of shape ", c10::IntArrayRef(dims),
-              " for a 1-D program parameter of ", flat.numel(), " elements");
+  TORCH_CHECK(keeps(dims) && c10::multiply_integers(dims) == flat.numel(), "tpu: collective operand of shape ",
+              c10::IntArrayRef(dims), " for a tensor of ", flat.numel(), " elements");
   return buffer;
 }
 
 void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
   shlo::ElemType elem = ToElemType(out.scalar_type());
   runtime::TpuStorage* s = StorageOf(out);
+  std::vector<int64_t> dims = buffer->dims();
   if (out.is_contiguous() && out.storage_offset() == 0 &&
       s->nbytes == static_cast<size_t>(out.numel()) * out.element_size() && !s->pending) {
-    s->Assign(std::move(buffer), elem);
+    s->Assign(std::move(buffer), elem, {}, dims);
     return;
   }
   c10::DeviceGuard guard(out.device());
-  at::Tensor fresh = at::empty({out.numel()}, out.options().memory_format(at::MemoryFormat::Contiguous));
-  StorageOf(fresh)->Assign(std::move(buffer), elem);
+  at::Tensor fresh = at::empty(dims, out.options().memory_format(at::MemoryFormat::Contiguous));
+  StorageOf(fresh)->Assign(std::move(buffer), elem, {}, dims);
   out.copy_(fresh.view(out.sizes()));
 }
 
 namespace {
 
-// Runs one collective of `spec` with this rank's `input`; the rank's 1-D result.
+// Runs one collective of `spec` with this rank's `input`; the rank's result, in the shape of the
+// operand's buffer (dim 0 gathered or scattered) or 1-D.
 pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const at::Tensor& input,
                     std::chrono::milliseconds timeout) {
   spec.elem = ToElemType(input.scalar_type());
@@ -133,8 +136,16 @@ pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const 
   a.timeout_seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : GroupTimeout(a.group);
   try {
     if (spec.numel > 0) {
+      a.operands = {Operand(input, [&](const std::vector<int64_t>& dims) {
+        return runtime::KeepsShape(spec.kind, dims, spec.group_size);
+      })};
+      spec.dims = a.operands[0]->dims();
       a.module_text = runtime::CollectiveModule(spec);
-      a.operands = {Operand(input)};
+      if (spec.dims.size() != 1) {
+        a.flat_module_text = runtime::CollectiveModule(CollectiveSpec{spec.kind, spec.reduce, spec.elem, spec.numel,
+                                                                      {}, spec.group_size, spec.root});
+        a.flatten_text = runtime::FlattenModule(spec);
+      }
     }
     return Rendezvous(a);
   } catch (const std::invalid_argument& e) {
@@ -147,7 +158,8 @@ pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const 
 // A tensor of `numel` elements holding a 1-D result buffer.
 at::Tensor FromResult(pjrt::BufferPtr buffer, int64_t numel, const at::TensorOptions& options) {
   at::Tensor t = at::empty({numel}, options.memory_format(at::MemoryFormat::Contiguous));
-  StorageOf(t)->Assign(std::move(buffer), ToElemType(options.dtype().toScalarType()));
+  std::vector<int64_t> dims = buffer->dims();
+  StorageOf(t)->Assign(std::move(buffer), ToElemType(options.dtype().toScalarType()), {}, dims);
   return t;
 }
 
@@ -191,6 +203,14 @@ std::vector<int64_t> SplitsOrEqual(const std::vector<int64_t>& splits, int64_t r
   TORCH_CHECK_VALUE(rows % n == 0, "torch.distributed on tpu: all_to_all_single: the ", what, "'s ", rows,
                     " rows do not split evenly over ", n, " ranks");
   return std::vector<int64_t>(n, rows / n);
+}
+
+// The sizes of `n` copies of `t` stacked along dim 0 (what an all_gather's program returns).
+std::vector<int64_t> GatheredSizes(const at::Tensor& t, int n) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  if (sizes.empty()) return {n};
+  sizes[0] *= n;
+  return sizes;
 }
 
 void CheckSameDtype(const at::Tensor& a, const at::Tensor& b, const char* what) {
@@ -264,10 +284,11 @@ void DeviceAllgather(const c10d::ProcessGroup& group, const std::vector<TensorVe
     TORCH_CHECK_VALUE(static_cast<int>(outputs[i].size()) == group.getSize(), "torch.distributed on tpu: "
                       "all_gather: ", outputs[i].size(), " outputs for a group of ", group.getSize());
     c10::DeviceGuard guard(in.device());
-    at::Tensor all = at::empty({in.numel() * group.getSize()}, in.options());
+    at::Tensor all = at::empty(GatheredSizes(in, group.getSize()), in.options());
     DeviceAllgatherIntoTensor(group, all, in, timeout);
     for (size_t r = 0; r < outputs[i].size(); ++r)
-      outputs[i][r].copy_(all.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outputs[i][r].sizes()));
+      outputs[i][r].copy_(all.narrow(0, static_cast<int64_t>(r) * all.size(0) / group.getSize(),
+                                     all.size(0) / group.getSize()).view(outputs[i][r].sizes()));
   }
 }
 
@@ -307,13 +328,14 @@ void DeviceGather(const c10d::ProcessGroup& group, const std::vector<TensorVec>&
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& in = inputs[i];
     c10::DeviceGuard guard(in.device());
-    at::Tensor all = at::empty({in.numel() * group.getSize()}, in.options());
+    at::Tensor all = at::empty(GatheredSizes(in, group.getSize()), in.options());
     DeviceAllgatherIntoTensor(group, all, in, timeout);
     if (group.getRank() != root_rank) continue;
     TORCH_CHECK_VALUE(i < outputs.size() && static_cast<int>(outputs[i].size()) == group.getSize(),
                       "torch.distributed on tpu: gather: the root needs ", group.getSize(), " outputs");
     for (size_t r = 0; r < outputs[i].size(); ++r)
-      outputs[i][r].copy_(all.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outputs[i][r].sizes()));
+      outputs[i][r].copy_(all.narrow(0, static_cast<int64_t>(r) * all.size(0) / group.getSize(),
+                                     all.size(0) / group.getSize()).view(outputs[i][r].sizes()));
   }
 }
 

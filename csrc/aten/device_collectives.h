@@ -3,6 +3,8 @@
 // the ranks' devices (csrc/runtime/collective_rendezvous.h); nothing crosses to the host.
 #pragma once
 
+#include <functional>
+
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -77,11 +79,13 @@ c10::intrusive_ptr<c10d::Work> DeviceRecv(const c10d::ProcessGroup& group, const
 // Shared with device_p2p.cpp. The group's timeout in seconds (for a call that sets none:
 // c10d passes "unset").
 double GroupTimeout(const std::string& group);
-// The tensor's value as a whole 1-D device buffer of its dtype (a contiguous copy when the
-// tensor is a part or a reinterpretation of its storage).
-pjrt::BufferPtr Operand(const at::Tensor& t);
-// Writes a 1-D result into `out`: its storage takes the buffer when `out` is the whole of it,
-// else a device copy lands it.
+// The tensor's value as a whole device buffer of its dtype (a contiguous copy when the tensor
+// is a part or a reinterpretation of its storage). A buffer shaped like a tensor (rank >= 2)
+// keeps its shape when `keeps_shape` accepts it, else is copied out 1-D.
+pjrt::BufferPtr Operand(const at::Tensor& t,
+                        const std::function<bool(const std::vector<int64_t>&)>& keeps_shape = nullptr);
+// Writes a result (of `out`'s element count, any shape) into `out`: its storage takes the
+// buffer when `out` is the whole of it, else a device copy lands it.
 void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer);
 
 // Also called from Python (an in-process group's barrier, which c10d would run on a CPU tensor).

@@ -44,8 +44,22 @@ const char* Combiner(CollectiveReduce r, shlo::ElemType elem) {
   throw std::invalid_argument("collective: no reduction given");
 }
 
-std::string Tensor(int64_t numel, shlo::ElemType elem) {
-  return "tensor<" + std::to_string(numel) + "x" + shlo::MlirName(elem) + ">";
+std::string Tensor(const std::vector<int64_t>& dims, shlo::ElemType elem) {
+  std::string t = "tensor<";
+  for (int64_t d : dims) t += std::to_string(d) + "x";
+  return t + shlo::MlirName(elem) + ">";
+}
+
+// `dims` with dim 0 multiplied by `times` (a gather) or divided by `parts` (a scatter).
+std::vector<int64_t> Dim0Scaled(std::vector<int64_t> dims, int64_t times, int64_t parts = 1) {
+  dims[0] = dims[0] * times / parts;
+  return dims;
+}
+
+std::string I64Array(const std::vector<int64_t>& values) {
+  std::string s = "array<i64";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : ": ") + std::to_string(values[i]);
+  return s + ">";
 }
 
 std::string ReplicaGroups(int n) {
@@ -79,7 +93,13 @@ std::string CollectiveModule(const CollectiveSpec& s) {
   if ((s.kind == CollectiveKind::kReduceScatter || s.kind == CollectiveKind::kAllToAll) && s.numel % n != 0)
     throw std::invalid_argument(std::string(KindName(s.kind)) + ": the input's " + std::to_string(s.numel) +
                                 " elements do not split evenly over " + std::to_string(n) + " ranks");
-  const std::string in = Tensor(s.numel, s.elem);
+  const std::vector<int64_t> dims = s.dims.empty() ? std::vector<int64_t>{s.numel} : s.dims;
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  if (count != s.numel || !KeepsShape(s.kind, dims, n))
+    throw std::invalid_argument(std::string(KindName(s.kind)) + ": an operand of " + std::to_string(s.numel) +
+                                " elements cannot take this shape");
+  const std::string in = Tensor(dims, s.elem);
   std::string out = in;
   std::ostringstream body;
   switch (s.kind) {
@@ -91,12 +111,12 @@ std::string CollectiveModule(const CollectiveSpec& s) {
              << "    %y = stablehlo.divide %r, %n : " << in << "\n";
       break;
     case CollectiveKind::kAllGather:
-      out = Tensor(s.numel * n, s.elem);
+      out = Tensor(Dim0Scaled(dims, n), s.elem);
       body << "    %r = \"stablehlo.all_gather\"(%x) {all_gather_dim = 0 : i64, " << ReplicaGroups(n) << "} : ("
            << in << ") -> " << out << "\n";
       break;
     case CollectiveKind::kReduceScatter:
-      out = Tensor(s.numel / n, s.elem);
+      out = Tensor(Dim0Scaled(dims, 1, n), s.elem);
       body << "    %r = \"stablehlo.reduce_scatter\"(%x) " << Region(s.reduce, s.elem)
            << " {scatter_dimension = 0 : i64, " << ReplicaGroups(n) << "} : (" << in << ") -> " << out << "\n";
       if (s.reduce == CollectiveReduce::kAvg)
@@ -105,11 +125,14 @@ std::string CollectiveModule(const CollectiveSpec& s) {
       break;
     case CollectiveKind::kBroadcast: {
       // Exact for every value (a sum with zeros would turn -0.0 into 0.0): gather, keep the root's.
-      std::string all = Tensor(s.numel * n, s.elem);
+      std::string all = Tensor(Dim0Scaled(dims, n), s.elem);
+      std::vector<int64_t> start(dims.size(), 0), limit = dims, strides(dims.size(), 1);
+      start[0] = s.root * dims[0];
+      limit[0] = (s.root + 1) * dims[0];
       body << "    %g = \"stablehlo.all_gather\"(%x) {all_gather_dim = 0 : i64, " << ReplicaGroups(n) << "} : ("
            << in << ") -> " << all << "\n"
-           << "    %r = \"stablehlo.slice\"(%g) {start_indices = array<i64: " << s.root * s.numel
-           << ">, limit_indices = array<i64: " << (s.root + 1) * s.numel << ">, strides = array<i64: 1>} : (" << all
+           << "    %r = \"stablehlo.slice\"(%g) {start_indices = " << I64Array(start)
+           << ", limit_indices = " << I64Array(limit) << ", strides = " << I64Array(strides) << "} : (" << all
            << ") -> " << in << "\n";
       break;
     }
@@ -130,6 +153,23 @@ std::string CollectiveModule(const CollectiveSpec& s) {
     << "  func.func public @main(%x: " << in << ") -> " << out << " {\n"
     << body.str() << "    return " << result << " : " << out << "\n  }\n}\n";
   return m.str();
+}
+
+std::string FlattenModule(const CollectiveSpec& s) {
+  const std::string in = Tensor(s.dims, s.elem), out = Tensor({s.numel}, s.elem);
+  std::ostringstream m;
+  m << "module @flatten attributes {mhlo.num_replicas = 1 : i32, mhlo.num_partitions = 1 : i32} {\n"
+    << "  func.func public @main(%x: " << in << ") -> " << out << " {\n"
+    << "    %r = stablehlo.reshape %x : (" << in << ") -> " << out << "\n"
+    << "    return %r : " << out << "\n  }\n}\n";
+  return m.str();
+}
+
+bool KeepsShape(CollectiveKind kind, const std::vector<int64_t>& dims, int group_size) {
+  if (dims.empty()) return false;
+  if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllToAll)
+    return group_size > 0 && dims[0] % group_size == 0;
+  return true;
 }
 
 }  // namespace tpu::runtime

@@ -1,11 +1,13 @@
 // StableHLO text of the collectives that ranks living on the devices of this process run
-// together: one program replicated over the group's devices (replica i = rank i), operands
-// and results flat 1-D arrays (a dim-0 gather or scatter of a contiguous tensor is one of its
-// flat array). No torch headers.
+// together: one program replicated over the group's devices (replica i = rank i). Operands keep
+// the shape of their storage's buffer, so that a TPU's tiled 2-D buffer reaches the collective
+// without a relayout; gathers, scatters and all_to_all work on dim 0, which for a contiguous
+// tensor is the same as on its flat array. No torch headers.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../stablehlo/builder.h"
 
@@ -22,6 +24,9 @@ struct CollectiveSpec {
   CollectiveReduce reduce = CollectiveReduce::kNone;
   shlo::ElemType elem = shlo::ElemType::F32;
   int64_t numel = 0;  // of each rank's operand
+  // The shape of each rank's operand array (empty: 1-D of numel). Not part of what ranks must
+  // agree on: ranks whose buffers differ in shape run the 1-D program (collective_rendezvous).
+  std::vector<int64_t> dims;
   int group_size = 1;
   int root = 0;  // broadcast's source rank
   // "all_reduce(sum) f32[16] over 4 ranks": what every rank of the group must agree on.
@@ -30,5 +35,10 @@ struct CollectiveSpec {
 
 // The replicated program (throws std::invalid_argument for a combination it cannot express).
 std::string CollectiveModule(const CollectiveSpec& spec);
+// The one-replica program reshaping a rank's operand of shape `spec.dims` to 1-D.
+std::string FlattenModule(const CollectiveSpec& spec);
+// Whether an operand of shape `dims` can keep it: reduce_scatter and all_to_all split dim 0
+// into group_size equal parts.
+bool KeepsShape(CollectiveKind kind, const std::vector<int64_t>& dims, int group_size);
 
 }  // namespace tpu::runtime

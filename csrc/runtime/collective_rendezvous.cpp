@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../lowering/replicas.h"
+#include "dump.h"
 #include "metrics.h"
 #include "runtime.h"
 #include "tpu_target.h"
@@ -101,6 +102,18 @@ std::vector<std::vector<std::vector<int>>> Partitions(const Slot& slot) {
   return partitions;
 }
 
+// The program a rank runs when the ranks' operand shapes differ.
+const std::string& FlatText(const CollectiveArrival& a) {
+  return a.flat_module_text.empty() ? a.module_text : a.flat_module_text;
+}
+
+// Whether every rank's program is the same (else their operands differ only in shape).
+bool SameShapes(const Slot& slot) {
+  for (const auto& a : slot.arrivals)
+    if (a->module_text != slot.arrivals[0]->module_text) return false;
+  return true;
+}
+
 // Empty when every rank issued the same collective on distinct devices.
 std::string Mismatch(const Slot& slot, int64_t k) {
   const CollectiveArrival& first = *slot.arrivals[0];
@@ -111,7 +124,7 @@ std::string Mismatch(const Slot& slot, int64_t k) {
              first.description + "; rank " + std::to_string(r) + " issued " + other.description;
   }
   for (size_t r = 1; r < slot.arrivals.size(); ++r)
-    if (slot.arrivals[r]->module_text != first.module_text)
+    if (slot.arrivals[r]->module_text != first.module_text && FlatText(*slot.arrivals[r]) != FlatText(first))
       return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": rank 0 and rank " +
              std::to_string(r) + " run different programs for " + first.description +
              " (their graphs or inputs differ)";
@@ -131,16 +144,28 @@ std::vector<std::vector<pjrt::BufferPtr>> Run(const Slot& slot) {
   size_t n = slot.arrivals.size();
   if (first.module_text.empty()) return std::vector<std::vector<pjrt::BufferPtr>>(n);
   Runtime& rt = Runtime::Get();
+  const bool same_shapes = SameShapes(slot);
   std::vector<int64_t> ids;
   std::vector<std::vector<PJRT_Buffer*>> args;
+  std::vector<pjrt::BufferPtr> flattened;  // alive until the program has run
   for (const auto& a : slot.arrivals) {
     ids.push_back(rt.client().device_id(a->device));
     args.emplace_back();
-    for (const pjrt::BufferPtr& b : a->operands) args.back().push_back(b->raw());
+    for (const pjrt::BufferPtr& b : a->operands) {
+      if (same_shapes || a->flat_module_text.empty()) {
+        args.back().push_back(b->raw());
+        continue;
+      }
+      pjrt::ExecutablePtr flatten = CollectiveExecutable(a->flatten_text, {ids.back()}, "reshape to 1-D for " +
+                                                         a->description);
+      flattened.push_back(flatten->ExecuteReplicated({{b->raw()}}).at(0).at(0));
+      GetMetrics().executions++;
+      args.back().push_back(flattened.back()->raw());
+    }
   }
-  std::string module_text = first.member_groups.empty()
-                                ? first.module_text
-                                : lowering::FillReplicaGroups(first.module_text, Partitions(slot));
+  const std::string& text = same_shapes ? first.module_text : FlatText(first);
+  std::string module_text =
+      first.member_groups.empty() ? text : lowering::FillReplicaGroups(text, Partitions(slot));
   pjrt::ExecutablePtr exe = CollectiveExecutable(module_text, ids, first.description);
   std::vector<std::vector<pjrt::BufferPtr>> outputs = exe->ExecuteReplicated(args);
   CountTpuTargetRun(exe.get());
@@ -159,10 +184,27 @@ pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const s
   auto it = executables.find(key);
   if (it != executables.end()) return it->second;
   Runtime& rt = Runtime::Get();
-  pjrt::ExecutablePtr exe = rt.client().Compile(module_text, pjrt::ReplicatedCompileOptions(device_ids));
+  const std::string name = "collective " + description;
+  const std::string options = pjrt::ReplicatedCompileOptions(device_ids);
+  std::string dumped;
+  if (!DumpDir().empty())
+    dumped = DumpProgram(DumpRecord{name, "", false, rt.client().platform_name() + " " + rt.client().platform_version(),
+                                    options, ""},
+                         module_text);
+  auto start = std::chrono::steady_clock::now();
+  pjrt::ExecutablePtr exe;
+  try {
+    exe = rt.client().Compile(module_text, options);
+  } catch (const std::exception& e) {
+    DumpCompileEnd(dumped, std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::steady_clock::now() - start).count(), e.what());
+    throw;
+  }
+  DumpCompileEnd(dumped, std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - start).count());
   GetMetrics().programs_compiled++;
   // Also compiled for a TPU topology (its mhlo.num_replicas chips) when one is asked for.
-  TrackTpuTargetRuns(exe.get(), LogForTpuTarget("collective " + description, module_text, "", /*from_disk=*/false));
+  TrackTpuTargetRuns(exe.get(), LogForTpuTarget(name, module_text, dumped, /*from_disk=*/false));
   executables.emplace(key, exe);
   return exe;
 }

@@ -22,7 +22,12 @@ struct CollectiveArrival {
   int device = 0;      // this rank's device index
   std::string description;  // what all ranks must agree on (CollectiveSpec::Describe, "barrier")
   std::string module_text;  // empty: a barrier (no program runs); ranks must agree on it too
-  std::vector<pjrt::BufferPtr> operands;  // on `device` (a collective's: one, 1-D); none for a barrier
+  std::vector<pjrt::BufferPtr> operands;  // on `device` (a collective's: one); none for a barrier
+  // A collective whose operand keeps its buffer's shape (CollectiveSpec::dims): the 1-D program
+  // and the reshape of the operand to 1-D (collective_programs.h). When ranks' shapes differ
+  // (the same tensor shape, buffers made by different ops), every rank runs the 1-D program.
+  std::string flat_module_text;
+  std::string flatten_text;
   std::vector<int64_t> host_values;  // what ShareHostValues hands every rank
   double timeout_seconds = 1800;
   int collectives = 1;  // the collective ops the program holds (metrics)

@@ -29,6 +29,7 @@ std::pair<std::string, std::string> KindOf(const std::string& name) {
   for (const char* prefix : {"fused graph of ", "fused graph "})
     if (name.rfind(prefix, 0) == 0) return {"fused", name.substr(std::string(prefix).size())};
   if (name.rfind("compiled graph ", 0) == 0) return {"compiled", name.substr(15)};
+  if (name.rfind("collective ", 0) == 0) return {"collective", name.substr(11)};
   return {"op", name};
 }
 

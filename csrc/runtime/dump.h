@@ -26,7 +26,8 @@ struct DumpRecord {
 // Writes one file into DumpDir() (which must be non-empty) and returns its path. Names sort by
 // time and say what they hold: <UTC time>-p<pid>-<sequence>-<kind>[-cached]-<name>.mlir, kind
 // one of op (a per-op program, strict or run op by op in fused mode), fused (a fused whole
-// graph), compiled (a torch.compile graph). Never throws: a dump that cannot be written warns
+// graph), compiled (a torch.compile graph), collective (a collective of in-process ranks,
+// replicated over their devices). Never throws: a dump that cannot be written warns
 // once on stderr, and compiling goes on.
 std::string DumpProgram(const DumpRecord& record, const std::string& module_text);
 // Appends how the compile ended (its wall time; the plugin's message when it failed) to a file
