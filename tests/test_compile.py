@@ -726,6 +726,28 @@ def test_backward_compiled_ahead_reads_saved_views_as_the_forward_returns_them()
         assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape,part", [
+    ((1, 64), lambda ids: ids[:, -1:]),  # a decode step's last token, of a prompt sliced from [1, 512]
+    ((7, 64), lambda ids: ids[2:5, 3:9]),
+    ((7, 64), lambda ids: ids.t()[5:]),
+])
+def test_compile_ahead_of_a_part_of_a_shaped_storage_is_a_hit(shape, part):
+    # An input that is a part of its storage (a decode step's `ids[:, -1:]`) reads the storage's
+    # 2-D buffer; compiled ahead from Dynamo's fake copy (which does not say the buffer's shape),
+    # the program guesses that shape from the strides, and the first run finds that program.
+    cpu = torch.arange(shape[0] * 512).reshape(shape[0], 512)[:, :shape[1]]
+    ids = cpu.to("tpu")  # strides (512, 1): .to keeps a [1, 64] tensor's
+    emb = torch.randn(shape[0] * 512, 24)
+    dev_emb = emb.to("tpu")
+    f = torch.compile(lambda t: dev_emb[t].sum(-1), backend="tpu")
+    before = counters()
+    got = f(part(ids))
+    assert delta(before, "compile_ahead_programs") == 1
+    assert delta(before, "compile_ahead_hits") == 1
+    assert delta(before, "compile_ahead_misses") == 0
+    assert_close(got.cpu(), emb[part(cpu)].sum(-1))
+
+
 def test_compile_ahead_off_compiles_at_the_first_run():
     code = textwrap.dedent("""
         import torch, torch_tpu

@@ -240,9 +240,12 @@ class Graph {
       slot.storage_elem = ToElemType(slot.dtype);
       slot.geometry.storage_numel = slot.storage_nbytes / static_cast<int64_t>(c10::elementSize(slot.dtype));
       // Without the buffer's dims, a dense input was most likely made in its memory order, and
-      // Run lays out those that were not so (ShapeStorageLike).
+      // Run lays out those that were not so (ShapeStorageLike); a part of a storage most likely
+      // of the tensor its strides nest in (a guess that is wrong costs a compile at the first run).
       slot.storage_dims = e.size() > 7 ? runtime::TpuStorage::ShapedDims(e[7].cast<std::vector<int64_t>>())
                                        : DenseBufferDims(slot.geometry);
+      if (e.size() <= 7 && slot.storage_dims.empty())
+        slot.storage_dims = NestedBufferDims(slot.geometry);
       // As Run's GeometryWithBufferOf: a view at a run-time offset that is a box of the buffer.
       if (lowering::HasRunTimeOffset(slot.geometry)) {
         slot.geometry.buffer_dims = slot.storage_dims;

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 
 #include "../runtime/executor.h"
@@ -24,6 +25,27 @@ std::vector<int64_t> DenseBufferDims(const lowering::ViewGeometry& g) {
   if (expected != g.storage_numel) return {};
   std::vector<int64_t> dims;
   for (size_t i : order) dims.push_back(g.sizes[i]);
+  return TpuStorage::ShapedDims(dims);
+}
+
+std::vector<int64_t> NestedBufferDims(const lowering::ViewGeometry& g) {
+  std::vector<int64_t> strides = g.strides;
+  std::sort(strides.begin(), strides.end(), std::greater<int64_t>());
+  if (strides.empty() || strides.back() != 1 || g.storage_numel <= 0) return {};
+  // Outermost first: each dim spans the stride of the one outside it (the storage for the
+  // first). A stride beyond that span (a size-1 dim's, which PyTorch leaves arbitrary) is a
+  // dim of extent 1.
+  std::vector<int64_t> dims;
+  int64_t span = g.storage_numel;
+  for (int64_t stride : strides) {
+    if (stride >= span) {
+      dims.push_back(1);
+      continue;
+    }
+    if (span % stride != 0) return {};
+    dims.push_back(span / stride);
+    span = stride;
+  }
   return TpuStorage::ShapedDims(dims);
 }
 

@@ -13,6 +13,12 @@ namespace tpu::aten {
 // does not cover its storage densely, or when that buffer is 1-D.
 std::vector<int64_t> DenseBufferDims(const lowering::ViewGeometry& g);
 
+// A guess at the buffer dims of the storage that a view of geometry `g` (a part of it, e.g.
+// `ids[:, -1:]`) is cut from, for a program compiled before the storage is seen: the row-major
+// shape its strides nest in (strides 8, 1 in 32 elements: [4, 8]; strides 512, 1 in 64: [1, 64]).
+// Empty when the strides do not nest in the storage, or the shape is 1-D.
+std::vector<int64_t> NestedBufferDims(const lowering::ViewGeometry& g);
+
 // When `t` covers its storage densely and the buffer is shaped otherwise (a reshape of a
 // permuted tensor is a view of its clone, shaped like the clone), lays the storage out in
 // DenseBufferDims(t) with one copy on the device. The storage keeps its value and checks,
