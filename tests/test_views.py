@@ -480,6 +480,9 @@ def test_as_strided_scatter_errors(size, stride, offset, src_size):
     lambda w: w[:, 3],  # one column
     lambda w: w[2:5, 1:4],  # an inner window
     lambda w: w.view(2, 4, 8)[1, :, 2:6],  # a window of the buffer's rows, reshaped
+    lambda w: w.view(2, 4, 8)[:, -1:],  # every group's last row: a box of the buffer split to [2, 4, 8]
+    lambda w: w.view(4, 2, 8)[:, 1, 3:7],  # a window of every other row
+    lambda w: w.view(2, 4, 2, 4).transpose(1, 2)[..., 2:],  # RoPE's second half of q.view(...).transpose(1, 2)
 ])
 def test_views_at_run_time_offsets_read_boxes_of_the_shaped_buffer(offset_of):
     """A view that is a box of its storage's 2-D buffer reads it with one dynamic_slice of that buffer
@@ -515,11 +518,61 @@ def test_box_view_program_reads_the_buffer_unflattened(tmp_path):
     assert '"stablehlo.pad"' not in text, text
 
 
+def test_last_position_of_every_sequence_reads_a_box_of_the_split_buffer(tmp_path):
+    # `logits[:, -1:]` of [4, 32, V] logits made by a [128, V] matmul: every 32nd row of the buffer.
+    # It is a box of the buffer split to [4, 32, V] (free on a TPU: the tiled minor dims stay), read
+    # with one dynamic_slice, not a relayout of the whole buffer to 1-D, a window of it and a pad.
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("strict")
+        x, w = torch.randn(128, 64), torch.randn(64, 300)
+        logits = (x.to("tpu") @ w.to("tpu")).view(4, 32, 300)
+        want = (x @ w).view(4, 32, 300)
+        for t in (-1, 7):
+            got = logits[:, t:t + 1 if t != -1 else None].argmax(-1).cpu()
+            assert torch.equal(got, want[:, t:t + 1 if t != -1 else None].argmax(-1)), t
+        print("ok")
+    """)
+    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    (argmax,) = [p for p in tmp_path.glob("*aten__argmax.mlir")]  # both positions: one program
+    text = argmax.read_text()
+    assert "(tensor<128x300xf32>) -> tensor<4x32x300xf32>" in text, text
+    assert text.count('"stablehlo.dynamic_slice"') == 1, text
+    assert "-> tensor<4x1x300xf32>" in text, text
+    assert '"stablehlo.pad"' not in text, text
+
+
+def test_half_of_a_transposed_view_reads_a_box_then_transposes(tmp_path):
+    # RoPE's rotate_half on q = q_proj(x).view(b, s, h, d).transpose(1, 2): q[..., d // 2:] is a box
+    # of the [b * s, h * d] buffer split to [b, s, h, d], read with one dynamic_slice and transposed.
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("strict")
+        x = torch.randn(2 * 16, 4 * 32)
+        q, qc = x.to("tpu").view(2, 16, 4, 32).transpose(1, 2), x.view(2, 16, 4, 32).transpose(1, 2)
+        for half in (slice(16, None), slice(None, 16)):
+            assert torch.equal((-q[..., half]).cpu(), -qc[..., half])
+        print("ok")
+    """)
+    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    (neg,) = [p for p in tmp_path.glob("*aten__neg.mlir")]  # both halves: one program
+    text = neg.read_text()
+    assert "(tensor<32x128xf32>) -> tensor<2x16x4x32xf32>" in text, text
+    assert text.count('"stablehlo.dynamic_slice"') == 1, text
+    assert "-> tensor<2x16x4x16xf32>" in text, text
+    assert '"stablehlo.pad"' not in text, text
+
+
 @pytest.mark.parametrize("offset_of", [
     lambda w: w.chunk(2, -1)[1],
     lambda w: w[:, 3],
     lambda w: w[2:5, 1:4],
     lambda w: w.view(2, 4, 8)[1, :, 2:6],
+    lambda w: w.view(2, 4, 8)[:, -1:],
+    lambda w: w.view(4, 2, 8)[:, 1, 3:7],
+    lambda w: w.view(2, 4, 2, 4).transpose(1, 2)[..., 2:],
 ])
 def test_writes_at_run_time_offsets_into_boxes_of_the_shaped_buffer(offset_of):
     """In-place ops, copy_ and out= into a view that is a box of its storage's 2-D buffer write that

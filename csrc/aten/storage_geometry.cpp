@@ -60,9 +60,9 @@ namespace {
 std::vector<int64_t> BoxBufferDims(const at::Tensor& t) {
   const TpuStorage* s = StorageOf(t);
   if (s->dims.size() < 2 || !(s->buffer || s->pending) || s->elem != ToElemType(t.scalar_type())) return {};
-  std::vector<int64_t> box = lowering::BoxInBuffer(t.sizes().vec(), t.strides().vec(), s->dims);
-  if (box.empty() || !lowering::BoxFitsAt(box, s->dims, StorageOffsetOf(t))) return {};
-  return s->dims;
+  lowering::ViewGeometry g = GeometryOf(t);
+  g.buffer_dims = s->dims;
+  return lowering::IsBufferBoxAt(g) ? s->dims : std::vector<int64_t>{};
 }
 }  // namespace
 

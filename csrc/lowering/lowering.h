@@ -227,9 +227,16 @@ bool HasRunTimeOffset(const ViewGeometry& g);
 std::vector<int64_t> BoxInBuffer(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                                  const std::vector<int64_t>& buffer_dims);
 bool BoxFitsAt(const std::vector<int64_t>& box, const std::vector<int64_t>& buffer_dims, int64_t offset);
-// A view at a run-time offset is read and written as a box of its buffer (a dynamic_slice or
-// dynamic_update_slice of the shaped buffer: no relayout of it to 1-D) when it is one at its
-// offset and of the buffer's element type; csrc/aten keys on the same rule.
+// `buffer_dims` with each dim split where a view's stride falls inside it: the last position
+// of every sequence, `logits[:, -1:]` of a [4*32, 32000] buffer (strides 32*32000, 32000, 1),
+// is a box of it split to [4, 32, 32000]. Splitting a TPU buffer's outer dims is free (a
+// bitcast while the tiled minor dims keep their tiles); reading 1-D would relayout it all.
+std::vector<int64_t> SplitAtStrides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                    const std::vector<int64_t>& buffer_dims);
+// A view at a run-time offset is read and written as a box of its buffer, split at the view's
+// strides (a dynamic_slice or dynamic_update_slice of the shaped buffer: no relayout of it to
+// 1-D) when it is one at its offset and of the buffer's element type; csrc/aten keys on the
+// same rule.
 bool IsBufferBoxAt(const ViewGeometry& g);
 // ReadView / WriteView with the offset given by the s64 scalar `offset` (g.offset unused).
 // Reads take the view's span with dynamic_slice and read the view inside it; writes are a

@@ -2,6 +2,7 @@
 // (storage, sizes, strides, offset), exactly as PyTorch lays them out.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -168,11 +169,71 @@ bool BoxFitsAt(const std::vector<int64_t>& box, const std::vector<int64_t>& buff
   return offset == 0;
 }
 
-bool IsBufferBoxAt(const ViewGeometry& g) {
-  if (g.buffer_dims.size() < 2) return false;
-  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
-  return !box.empty() && BoxFitsAt(box, g.buffer_dims, g.offset);
+std::vector<int64_t> SplitAtStrides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                    const std::vector<int64_t>& buffer_dims) {
+  const int64_t rank = static_cast<int64_t>(buffer_dims.size());
+  std::vector<int64_t> cuts;  // the strides of the view's dims that step more than one element
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] > 1 && strides[d] > 0) cuts.push_back(strides[d]);
+  std::sort(cuts.begin(), cuts.end(), std::greater<int64_t>());
+  std::vector<int64_t> dims;
+  int64_t inner = 1;  // the stride of buffer dim j
+  std::vector<int64_t> buffer_strides(rank);
+  for (int64_t j = rank - 1; j >= 0; --j) {
+    buffer_strides[j] = inner;
+    inner *= buffer_dims[j];
+  }
+  for (int64_t j = 0; j < rank; ++j) {
+    int64_t span = buffer_strides[j] * buffer_dims[j], stride = buffer_strides[j];
+    for (int64_t cut : cuts)
+      if (cut > stride && cut < span && cut % stride == 0 && span % cut == 0) {
+        dims.push_back(span / cut);
+        span = cut;
+      }
+    dims.push_back(span / stride);
+  }
+  return dims;
 }
+
+namespace {
+
+// The view's box in its buffer split at the view's strides (SplitAtStrides), and those dims;
+// an empty box when it is none at the view's offset. The box is of the view's dims taken in
+// memory order (`order`, by stride, outermost first): a transposed view (RoPE's half of
+// `q.view(b, s, h, d).transpose(1, 2)`) is a box read and then transposed.
+struct BufferBox {
+  std::vector<int64_t> dims, box, order;
+  bool permuted() const {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i] != static_cast<int64_t>(i)) return true;
+    return false;
+  }
+};
+BufferBox BoxOf(const ViewGeometry& g) {
+  if (g.buffer_dims.size() < 2) return {};
+  BufferBox b{SplitAtStrides(g.sizes, g.strides, g.buffer_dims), {}, std::vector<int64_t>(g.sizes.size())};
+  std::iota(b.order.begin(), b.order.end(), 0);
+  std::stable_sort(b.order.begin(), b.order.end(), [&](int64_t x, int64_t y) { return g.strides[x] > g.strides[y]; });
+  std::vector<int64_t> sizes, strides;
+  for (int64_t d : b.order) {
+    sizes.push_back(g.sizes[d]);
+    strides.push_back(g.strides[d]);
+  }
+  b.box = BoxInBuffer(sizes, strides, b.dims);
+  if (!b.box.empty() && !BoxFitsAt(b.box, b.dims, g.offset)) b.box.clear();
+  return b;
+}
+
+// The view's sizes in memory order (the box's dims, unsplit).
+std::vector<int64_t> OrderedSizes(const BufferBox& at, const ViewGeometry& g) {
+  std::vector<int64_t> sizes;
+  for (int64_t d : at.order) sizes.push_back(g.sizes[d]);
+  return sizes;
+}
+
+}  // namespace
+
+bool IsBufferBoxAt(const ViewGeometry& g) { return !BoxOf(g).box.empty(); }
 
 namespace {
 
@@ -193,17 +254,22 @@ std::vector<Value> BoxStarts(Builder& b, const std::vector<int64_t>& buffer_dims
 
 // The box a view is in its shaped buffer, at the run-time offset: one dynamic_slice.
 Value ReadBoxAt(Builder& b, Value storage, const ViewGeometry& g, Value offset) {
-  Value buffer = b.Reshape(storage, g.buffer_dims);  // the parameter itself (reshapes fold)
-  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
-  return b.Reshape(b.DynamicSlice(buffer, BoxStarts(b, g.buffer_dims, offset), box), g.sizes);
+  BufferBox at = BoxOf(g);
+  Value buffer = b.Reshape(storage, at.dims);  // the parameter itself, its dims split (reshapes fold)
+  Value box = b.DynamicSlice(buffer, BoxStarts(b, at.dims, offset), at.box);
+  if (!at.permuted()) return b.Reshape(box, g.sizes);
+  std::vector<int64_t> to_view(at.order.size());  // view dim d is memory-order dim to_view[d]
+  for (size_t i = 0; i < at.order.size(); ++i) to_view[at.order[i]] = static_cast<int64_t>(i);
+  return b.Transpose(b.Reshape(box, OrderedSizes(at, g)), to_view);
 }
 
 // The storage with that box replaced by `value`: one dynamic_update_slice of the shaped buffer,
 // which the caller's buffer (WrittenBuffer) reads back without a relayout.
 Value WriteBoxAt(Builder& b, Value storage, const ViewGeometry& g, Value offset, Value value) {
-  Value buffer = b.Reshape(storage, g.buffer_dims);
-  std::vector<int64_t> box = BoxInBuffer(g.sizes, g.strides, g.buffer_dims);
-  Value updated = b.DynamicUpdateSliceAt(buffer, b.Reshape(value, box), BoxStarts(b, g.buffer_dims, offset));
+  BufferBox at = BoxOf(g);
+  Value buffer = b.Reshape(storage, at.dims);
+  if (at.permuted()) value = b.Transpose(value, at.order);  // to memory order
+  Value updated = b.DynamicUpdateSliceAt(buffer, b.Reshape(value, at.box), BoxStarts(b, at.dims, offset));
   return b.Reshape(updated, {storage.type.numel()});
 }
 
