@@ -20,7 +20,8 @@ of optimal_seconds; `unmod` counts instructions the model could not estimate), c
 bytes of their operands (all-reduce, all-gather, reduce-scatter, all-to-all in the optimised HLO), and
 the ratios to JAX. These are libtpu's cost-model estimates, not measurements: no TPU runs anything.
 
-    python bench/tp_estimate.py [--topology v5e:2x2] [--modes strict,fused] [--kv-heads 8] [--json out.json]
+    python bench/tp_estimate.py [--topology v5e:2x2] [--modes strict,fused] [--kv-heads 8] [--programs]
+                                [--json out.json]
 """
 import argparse
 import json
@@ -223,7 +224,7 @@ def torch_programs(topology, cfg, mode, world):
     out = {}
     for name, before in (("prefill", "start"), ("decode", "prefill")):
         t = {"programs": 0, "gflop": 0.0, "hbm_mb": 0.0, "ms": 0.0, "unmod": 0, "collectives": 0, "coll_mb": 0.0,
-             "errors": 0, "error_text": []}
+             "errors": 0, "error_text": [], "top": []}
         for pid, n in marks[name].items():
             runs = n - marks[before].get(pid, 0)
             row = rows.get(pid)
@@ -243,6 +244,8 @@ def torch_programs(topology, cfg, mode, world):
             t["unmod"] += share * (row["unmodelled"] or 0)
             t["collectives"] += share * n_coll
             t["coll_mb"] += share * coll / 1e6
+            t["top"].append([row["name"], share, share * row["bytes_accessed"] / 1e6])
+        t["top"] = sorted(t["top"], key=lambda r: -r[2])[:12]
         out[name] = t
     return out
 
@@ -275,6 +278,7 @@ def main():
     p.add_argument("--modes", default="strict,fused")
     p.add_argument("--kv-heads", type=int, help="key/value heads (default 4; 8 chips need 8)")
     p.add_argument("--json")
+    p.add_argument("--programs", action="store_true", help="also list each torch-tpu side's 12 costliest programs")
     p.add_argument("--side", help=argparse.SUPPRESS)  # "jax" or a torch-tpu mode: one side, in this process
     a = p.parse_args()
     cfg = llama_config(a.kv_heads)
@@ -308,6 +312,9 @@ def main():
                   f"{_ratio(t['hbm_mb'], j['hbm_mb']):8.2f} "
                   f"{_ratio(t['ms'], j['ms']):7.2f} {_ratio(t['coll_mb'], j['coll_mb']):8.2f}"
                   + (f"  ({t['errors']} errors: {t['error_text'][:2]})" if t["errors"] else ""), flush=True)
+            if a.programs:
+                for name, share, mb in t.get("top", []):
+                    print(f"{'':<8} {'':<9} {share:6.2f} x {name[:60]:<60} {mb:9.2f} MB")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"topology": a.topology, "config": cfg, "results": results}, f, indent=1)
