@@ -423,3 +423,24 @@ def test_shaped_buffers_reach_the_collective_in_their_shape(tmp_path):
     assert any('"stablehlo.reduce_scatter"' in t and "(tensor<36xf32>) -> tensor<18xf32>" in t for t in texts.values())
     assert any('"stablehlo.all_reduce"' in t and "(tensor<24xf32>) -> tensor<24xf32>" in t for t in texts.values())
     assert any("module @flatten" in t and "tensor<4x6xf32>" in t for t in texts.values()), list(texts)
+
+
+def test_list_all_gather_and_gather_of_2d_tensors_take_rows_of_the_shaped_result():
+    # The gathered program returns [world * 3, 4] (each rank's [3, 4] buffer stacked on dim 0);
+    # the list forms cut it back into each rank's rows.
+    def ranks(rank, world):
+        dev = torch.device("tpu", rank)
+        x = torch.arange(12.0).reshape(3, 4) + 100 * rank
+        parts = [torch.empty(3, 4, device=dev) for _ in range(world)]
+        dist.all_gather(parts, x.to(dev))
+        g = [torch.empty(3, 4, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(x.to(dev), g, dst=0)
+        return [p.cpu() for p in parts], [p.cpu() for p in g] if g else None
+
+    results, delta = metrics_delta(run_in_threads, ranks, 2)
+    want = [torch.arange(12.0).reshape(3, 4) + 100 * r for r in range(2)]
+    for rank, (parts, gathered) in enumerate(results):
+        assert all(torch.equal(a, b) for a, b in zip(parts, want)), (rank, parts)
+        if rank == 0:
+            assert all(torch.equal(a, b) for a, b in zip(gathered, want)), gathered
+    assert delta["collectives_via_host"] == 0 and delta["collectives_on_device"] == 2, delta
