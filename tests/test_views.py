@@ -518,11 +518,21 @@ def test_box_view_program_reads_the_buffer_unflattened(tmp_path):
     assert '"stablehlo.pad"' not in text, text
 
 
+def _one_program_text(tmp_path, code, op):
+    """Runs `code` (which prints "ok" once its values match the CPU's) with programs dumped; the
+    text of the one program of `op` it compiled (every offset it ran shares that program)."""
+    r = run_python(textwrap.dedent(code), env={"TORCH_TPU_DUMP_DIR": str(tmp_path),
+                                               "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    (program,) = [p for p in tmp_path.glob(f"*{op}.mlir")]
+    return program.read_text()
+
+
 def test_last_position_of_every_sequence_reads_a_box_of_the_split_buffer(tmp_path):
     # `logits[:, -1:]` of [4, 32, V] logits made by a [128, V] matmul: every 32nd row of the buffer.
     # It is a box of the buffer split to [4, 32, V] (free on a TPU: the tiled minor dims stay), read
     # with one dynamic_slice, not a relayout of the whole buffer to 1-D, a window of it and a pad.
-    code = textwrap.dedent("""
+    text = _one_program_text(tmp_path, """
         import torch, torch_tpu
         torch_tpu.set_eager_mode("strict")
         x, w = torch.randn(128, 64), torch.randn(64, 300)
@@ -532,11 +542,7 @@ def test_last_position_of_every_sequence_reads_a_box_of_the_split_buffer(tmp_pat
             got = logits[:, t:t + 1 if t != -1 else None].argmax(-1).cpu()
             assert torch.equal(got, want[:, t:t + 1 if t != -1 else None].argmax(-1)), t
         print("ok")
-    """)
-    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
-    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
-    (argmax,) = [p for p in tmp_path.glob("*aten__argmax.mlir")]  # both positions: one program
-    text = argmax.read_text()
+    """, "aten__argmax")
     assert "(tensor<128x300xf32>) -> tensor<4x32x300xf32>" in text, text
     assert text.count('"stablehlo.dynamic_slice"') == 1, text
     assert "-> tensor<4x1x300xf32>" in text, text
@@ -546,7 +552,7 @@ def test_last_position_of_every_sequence_reads_a_box_of_the_split_buffer(tmp_pat
 def test_half_of_a_transposed_view_reads_a_box_then_transposes(tmp_path):
     # RoPE's rotate_half on q = q_proj(x).view(b, s, h, d).transpose(1, 2): q[..., d // 2:] is a box
     # of the [b * s, h * d] buffer split to [b, s, h, d], read with one dynamic_slice and transposed.
-    code = textwrap.dedent("""
+    text = _one_program_text(tmp_path, """
         import torch, torch_tpu
         torch_tpu.set_eager_mode("strict")
         x = torch.randn(2 * 16, 4 * 32)
@@ -554,11 +560,7 @@ def test_half_of_a_transposed_view_reads_a_box_then_transposes(tmp_path):
         for half in (slice(16, None), slice(None, 16)):
             assert torch.equal((-q[..., half]).cpu(), -qc[..., half])
         print("ok")
-    """)
-    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
-    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
-    (neg,) = [p for p in tmp_path.glob("*aten__neg.mlir")]  # both halves: one program
-    text = neg.read_text()
+    """, "aten__neg")
     assert "(tensor<32x128xf32>) -> tensor<2x16x4x32xf32>" in text, text
     assert text.count('"stablehlo.dynamic_slice"') == 1, text
     assert "-> tensor<2x16x4x16xf32>" in text, text
