@@ -206,6 +206,37 @@ def test_collectives_between_processes_are_counted_as_via_host():
         dist.destroy_process_group()
 
 
+def test_cross_process_opt_in_runs_one_program_collectives_on_the_device(monkeypatch):
+    # TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1: a group of processes compiles each one-program
+    # collective for its ranks' devices (exchanged through the store) and each process runs its
+    # part. Here one process (world size 1): the same path, end to end, on the CPU plugin; more
+    # processes need a plugin with collectives across them (libtpu, CUDA).
+    monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "1")
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        base = torch.arange(6.0).reshape(2, 3)
+        t = base.to("tpu")
+        gathered, scattered, swapped = (torch.empty(2, 3, device="tpu") for _ in range(3))
+
+        def run():
+            dist.all_reduce(t)
+            dist.broadcast(t, src=0)
+            dist.all_gather_into_tensor(gathered, t)
+            dist.reduce_scatter_tensor(scattered, t * 2)
+            dist.all_to_all_single(swapped, t)
+        _, delta = metrics_delta(run)
+        assert delta["collectives_on_device"] == 5 and delta["collectives_via_host"] == 0, delta
+        for got, want in ((t, base), (gathered, base), (scattered, base * 2), (swapped, base)):
+            assert torch.equal(got.cpu(), want)
+        # Uneven all_to_all needs every rank's split sizes: the host path still serves it.
+        out = torch.empty(2, 3, device="tpu")
+        _, delta = metrics_delta(dist.all_to_all_single, out, t, [2], [2])
+        assert delta["collectives_via_host"] == 1, delta
+        assert torch.equal(out.cpu(), base)
+    finally:
+        dist.destroy_process_group()
+
+
 def all_to_all_and_p2p(rank, world):
     dev = torch.device("tpu", rank)
     seen = {}

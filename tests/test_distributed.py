@@ -101,15 +101,21 @@ WORKER = textwrap.dedent('''
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
 @needs_devices(2)
-@pytest.mark.parametrize("backend", ["gloo", "tpu_dist"])  # tpu_dist: what Transformers asks for on tpu
+@pytest.mark.parametrize("backend", ["gloo", "tpu_dist", "tpu_dist cross"])  # tpu_dist: what Transformers asks for
 def test_collectives_and_ddp_across_two_processes(tmp_path, backend):
+    # "tpu_dist cross": TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1 on the CPU plugin, which has no
+    # collectives across processes: the group warns and keeps Gloo, with the same values.
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = dict(os.environ, TORCH_TPU_NUM_DEVICES="2", TORCH_TPU_QUIET="1")
-    out = subprocess.run([sys.executable, str(script), backend], env=env, capture_output=True, text=True,
+    if backend.endswith(" cross"):
+        env["TORCH_TPU_CROSS_PROCESS_COLLECTIVES"] = "1"
+    out = subprocess.run([sys.executable, str(script), backend.split()[0]], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     assert "rank 0 OK" in out.stdout and "rank 1 OK" in out.stdout and "ALL OK" in out.stdout, out.stdout
+    if backend.endswith(" cross"):
+        assert "the cpu plugin has no collectives across processes" in out.stderr, out.stderr[-3000:]
 
 
 def test_collectives_are_registered_for_tpu():

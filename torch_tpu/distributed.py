@@ -21,6 +21,7 @@ recv of different shapes or dtypes) raise on every rank involved, naming both; a
 comes makes the others raise after the group's timeout. Not on the devices: recv from any source
 and monitored_barrier (they raise)."""
 import datetime
+import os
 import threading
 import warnings
 
@@ -54,10 +55,40 @@ def _threaded_world():
 def _create_tpu_dist(opts, backend_options=None):
     """init_process_group("tpu_dist"): among threads of this process, an in-process group whose
     collectives run on the devices; else a Gloo backend serving both devices (the tpu
-    collectives find it as the group's CPU backend)."""
+    collectives find it as the group's CPU backend), and with TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1
+    the group's one-program collectives on the devices across processes (_register_across_processes)."""
     if _threaded_world():
         return _create_in_process_group(opts)
-    return torch.distributed.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    gloo = torch.distributed.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    if os.environ.get("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "0") == "1":
+        _register_across_processes(opts)
+    return gloo
+
+
+def _register_across_processes(opts):
+    """Every rank's global PJRT device id (its current tpu device's), exchanged through the
+    group's store, so that each collective compiles for the group's devices in rank order and
+    each process runs its part (csrc/aten/device_collectives.h, RegisterCrossProcessGroup).
+    Needs a plugin whose client spans the processes (libtpu on a TPU slice, the CUDA plugin);
+    the CPU plugin has no collectives across processes, so there it keeps Gloo for more than
+    one process. Not run on a TPU yet: opt in."""
+    if opts.group_size > 1 and _C._platform() == "cpu":
+        warnings.warn("torch_tpu: TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1: the cpu plugin has no collectives "
+                      "across processes; this group's collectives run through Gloo")
+        return
+    # The process's device: LOCAL_RANK's where the process sees several (set_device may follow
+    # init_process_group), else its current one (one chip per process: TPU_VISIBLE_CHIPS).
+    local = int(os.environ.get("LOCAL_RANK", "-1"))
+    device = local if 0 <= local < torch.tpu.device_count() and torch.tpu.device_count() > 1 else \
+        torch.tpu.current_device()
+    mine = int(_C._global_device_id(device))
+    key = f"torch_tpu/devices/{opts.group_id}/"
+    opts.store.set(key + str(opts.group_rank), str(mine))
+    ids = [int(opts.store.get(key + str(r))) for r in range(opts.group_size)]
+    if len(set(ids)) != len(ids):
+        raise RuntimeError(f"torch_tpu: group '{opts.group_id}' has two ranks on one device ({ids}); "
+                           "each process needs a device of its own (torch.tpu.set_device(local_rank))")
+    _C._register_cross_process_group(opts.group_id, ids)
 
 
 def _done_work(result=None):

@@ -42,9 +42,10 @@ c10::intrusive_ptr<c10d::Backend> Host(const Group& group) {
               "torch.distributed on tpu runs collectives through the group's CPU backend; create the group with "
               "a backend that has one (init_process_group(\"gloo\"))");
   runtime::GetMetrics().collectives_via_host++;
-  TORCH_WARN_ONCE("torch.distributed on tpu: collectives between processes run on host copies through Gloo "
-                  "(this plugin has no collectives across processes); torch_tpu.metrics()[\"collectives_via_host\"] "
-                  "counts them");
+  TORCH_WARN_ONCE("torch.distributed on tpu: collectives between processes run on host copies through Gloo; "
+                  "torch_tpu.metrics()[\"collectives_via_host\"] counts them (with libtpu or the CUDA plugin, "
+                  "TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1 runs all_reduce, broadcast, all_gather, reduce_scatter "
+                  "and even all_to_all on the devices)");
   return group->getBackend(c10::DeviceType::CPU);
 }
 
@@ -100,7 +101,7 @@ void Average(const ReduceOp& op, const Group& group, const TensorVec& host) {
 
 std::tuple<TensorVec, WorkPtr> Broadcast(const at::TensorList tensors, const Group& group, int64_t root_rank,
                                          int64_t root_tensor, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceBroadcast(*group, tensors.vec(), root_rank, Timeout(timeout));
     return {tensors.vec(), Done(tensors.vec())};
   }
@@ -118,7 +119,7 @@ std::tuple<TensorVec, WorkPtr> Broadcast(const at::TensorList tensors, const Gro
 std::tuple<TensorVec, WorkPtr> Allreduce(const at::TensorList tensors, const Group& group, const Op& op,
                                          const std::optional<at::Tensor>& sparse_indices, bool, int64_t timeout) {
   TORCH_CHECK(!sparse_indices.has_value(), "torch.distributed on tpu: sparse all_reduce is not supported");
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceAllreduce(*group, tensors.vec(), *op, Timeout(timeout));
     return {tensors.vec(), Done(tensors.vec())};
   }
@@ -134,7 +135,7 @@ std::tuple<TensorVec, WorkPtr> Allreduce(const at::TensorList tensors, const Gro
 }
 
 WorkPtr AllreduceCoalesced(const at::TensorList tensors, const Group& group, const Op& op, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceAllreduce(*group, tensors.vec(), *op, Timeout(timeout));
     return Done(tensors.vec());
   }
@@ -154,7 +155,7 @@ std::tuple<std::vector<TensorVec>, WorkPtr> Allgather(const std::vector<TensorVe
                                                      int64_t timeout) {
   TensorVec flat;
   for (const TensorVec& l : outputs) flat.insert(flat.end(), l.begin(), l.end());
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceAllgather(*group, outputs, inputs.vec(), Timeout(timeout));
     return {outputs, Done(flat)};
   }
@@ -170,7 +171,7 @@ std::tuple<std::vector<TensorVec>, WorkPtr> Allgather(const std::vector<TensorVe
 
 std::tuple<at::Tensor, WorkPtr> AllgatherBase(at::Tensor& output, at::Tensor& input, const Group& group, bool,
                                               int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceAllgatherIntoTensor(*group, output, input, Timeout(timeout));
     return {output, Done({output})};
   }
@@ -185,7 +186,7 @@ std::tuple<at::Tensor, WorkPtr> AllgatherBase(at::Tensor& output, at::Tensor& in
 
 WorkPtr AllgatherCoalesced(const std::vector<TensorVec>& outputs, const at::TensorList& inputs, const Group& group,
                            bool) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceAllgather(*group, outputs, inputs.vec(), Timeout(0));
     return Done();
   }
@@ -200,7 +201,7 @@ WorkPtr AllgatherCoalesced(const std::vector<TensorVec>& outputs, const at::Tens
 WorkPtr AllgatherIntoTensorCoalesced(const at::TensorList outputs, const at::TensorList inputs, const Group& group,
                                      bool) {
   TensorVec outs = outputs.vec();
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     for (size_t i = 0; i < outs.size(); ++i) DeviceAllgatherIntoTensor(*group, outs[i], inputs[i], Timeout(0));
     return Done(outs);
   }
@@ -213,7 +214,7 @@ WorkPtr AllgatherIntoTensorCoalesced(const at::TensorList outputs, const at::Ten
 
 std::tuple<TensorVec, WorkPtr> ReduceScatter(const at::TensorList& outputs, const std::vector<TensorVec>& inputs,
                                              const Group& group, const Op& op, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceReduceScatter(*group, outputs.vec(), inputs, *op, Timeout(timeout));
     return {outputs.vec(), Done(outputs.vec())};
   }
@@ -231,7 +232,7 @@ std::tuple<TensorVec, WorkPtr> ReduceScatter(const at::TensorList& outputs, cons
 
 std::tuple<at::Tensor, WorkPtr> ReduceScatterBase(at::Tensor& output, at::Tensor& input, const Group& group,
                                                   const Op& op, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceReduceScatterTensor(*group, output, input, *op, Timeout(timeout));
     return {output, Done({output})};
   }
@@ -249,7 +250,7 @@ std::tuple<at::Tensor, WorkPtr> ReduceScatterBase(at::Tensor& output, at::Tensor
 WorkPtr ReduceScatterTensorCoalesced(const at::TensorList outputs, const at::TensorList inputs, const Group& group,
                                      const Op& op, bool, int64_t timeout) {
   TensorVec outs = outputs.vec();
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     for (size_t i = 0; i < outs.size(); ++i) DeviceReduceScatterTensor(*group, outs[i], inputs[i], *op, Timeout(timeout));
     return Done(outs);
   }
@@ -266,7 +267,7 @@ WorkPtr ReduceScatterTensorCoalesced(const at::TensorList outputs, const at::Ten
 
 WorkPtr Reduce(const at::TensorList tensors, const Group& group, const Op& op, int64_t root_rank, int64_t root_tensor,
                bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceReduce(*group, tensors.vec(), *op, root_rank, Timeout(timeout));
     return Done(tensors.vec());
   }
@@ -287,7 +288,7 @@ WorkPtr Reduce(const at::TensorList tensors, const Group& group, const Op& op, i
 
 WorkPtr Gather(const std::vector<TensorVec>& outputs, const at::TensorList& inputs, const Group& group,
                int64_t root_rank, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceGather(*group, outputs, inputs.vec(), root_rank, Timeout(timeout));
     return Done();
   }
@@ -304,7 +305,7 @@ WorkPtr Gather(const std::vector<TensorVec>& outputs, const at::TensorList& inpu
 
 std::tuple<TensorVec, WorkPtr> Scatter(const at::TensorList& outputs, const std::vector<TensorVec>& inputs,
                                        const Group& group, int64_t root_rank, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceScatter(*group, outputs.vec(), inputs, root_rank, Timeout(timeout));
     return {outputs.vec(), Done(outputs.vec())};
   }
@@ -336,7 +337,7 @@ std::tuple<TensorVec, WorkPtr> Alltoall(const at::TensorList& outputs, const at:
 
 WorkPtr AlltoallBase(at::Tensor& output, at::Tensor& input, const Group& group, std::vector<int64_t> output_splits,
                      std::vector<int64_t> input_splits, bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (InProcess(*group) || (OnDevices(*group) && output_splits.empty() && input_splits.empty())) {
     DeviceAlltoallBase(*group, output, input, output_splits, input_splits, Timeout(timeout));
     return Done({output});
   }

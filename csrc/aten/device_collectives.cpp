@@ -19,6 +19,7 @@
 #include "../runtime/collective_programs.h"
 #include "../runtime/collective_rendezvous.h"
 #include "../runtime/executor.h"
+#include "../runtime/metrics.h"
 #include "../runtime/p2p_rendezvous.h"
 #include "../runtime/runtime.h"
 
@@ -32,6 +33,7 @@ using runtime::CollectiveSpec;
 std::mutex timeouts_mu;
 std::map<std::string, double> group_timeouts;  // seconds, by group name: the group's own timeout
 std::map<std::string, std::vector<int>> group_world_ranks;  // by group name (empty: the world itself)
+std::map<std::string, std::vector<int64_t>> cross_process_devices;  // by group name: global device ids
 
 }  // namespace
 
@@ -120,6 +122,29 @@ void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
 
 namespace {
 
+// This process's part of a collective across processes: the 1-D program (no rank can see
+// another's buffer shape, and every rank must run the same program), compiled for the group's
+// devices and run on this rank's. The plugin's collectives wait for the other processes.
+pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const CollectiveSpec& spec,
+                                   const at::Tensor& input, const std::vector<int64_t>& device_ids) {
+  if (spec.numel == 0) return nullptr;
+  const std::string description = spec.Describe();
+  try {
+    pjrt::BufferPtr operand = Operand(input);
+    pjrt::ExecutablePtr exe =
+        runtime::CollectiveExecutable(runtime::CollectiveModule(spec), device_ids, description);
+    pjrt::BufferPtr result = exe->ExecuteReplicated({{operand->raw()}}).at(0).at(0);
+    runtime::GetMetrics().executions++;
+    runtime::GetMetrics().collectives_on_device++;
+    return result;
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, "torch.distributed on tpu: ", e.what());
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, "torch.distributed on tpu: ", description, " on rank ", group.getRank(), " of group '",
+                group.getGroupName(), "' across processes failed: ", e.what());
+  }
+}
+
 // Runs one collective of `spec` with this rank's `input`; the rank's result, in the shape of the
 // operand's buffer (dim 0 gathered or scattered) or 1-D.
 pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const at::Tensor& input,
@@ -127,6 +152,14 @@ pjrt::BufferPtr Run(const c10d::ProcessGroup& group, CollectiveSpec spec, const 
   spec.elem = ToElemType(input.scalar_type());
   spec.numel = input.numel();
   spec.group_size = group.getSize();
+  if (!InProcess(group)) {
+    std::vector<int64_t> device_ids;
+    {
+      std::lock_guard<std::mutex> lock(timeouts_mu);
+      device_ids = cross_process_devices.at(group.getGroupName());
+    }
+    return RunAcrossProcesses(group, spec, input, device_ids);
+  }
   runtime::CollectiveArrival a;
   a.group = group.getGroupName();
   a.rank = group.getRank();
@@ -221,6 +254,17 @@ void CheckSameDtype(const at::Tensor& a, const at::Tensor& b, const char* what) 
 }  // namespace
 
 bool InProcess(const c10d::ProcessGroup& group) { return group.getBackendName() == kInProcessBackend; }
+
+void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids) {
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  cross_process_devices[name] = device_ids;
+}
+
+bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group) {
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  auto it = cross_process_devices.find(group.getGroupName());
+  return it != cross_process_devices.end() && static_cast<int>(it->second.size()) == group.getSize();
+}
 
 void RegisterInProcessGroup(const std::string& name, double timeout_s, const std::vector<int>& world_ranks) {
   runtime::ForgetCollectiveGroup(name);

@@ -24,6 +24,18 @@ using TensorVec = std::vector<at::Tensor>;
 // The backend name of torch_tpu.distributed's groups whose ranks are threads of this process.
 constexpr const char* kInProcessBackend = "tpu_threads";
 bool InProcess(const c10d::ProcessGroup& group);
+// A group of processes whose collectives run on the devices (TORCH_TPU_CROSS_PROCESS_COLLECTIVES,
+// torch_tpu/distributed.py): each process runs its part of one program whose replicas are the
+// group's devices, `device_ids` (global PJRT ids, in group rank order); the plugin's client,
+// set up across the processes, carries the data between them. Only the collectives that are one
+// program (all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter, even
+// all_to_all_single); send/recv, barrier and uneven all_to_all stay on the group's CPU backend.
+void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids);
+bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group);
+// Whether the group's collectives run on the devices: in-process or registered across processes.
+inline bool OnDevices(const c10d::ProcessGroup& group) {
+  return InProcess(group) || AcrossProcessesOnDevices(group);
+}
 // A new in-process group: forgets the collectives counted under its name (a new threaded
 // world reuses the names of the last one). `world_ranks`: its ranks' ranks in the world, in
 // its rank order (empty for the world itself).

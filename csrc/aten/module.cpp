@@ -29,6 +29,8 @@ std::vector<std::string> RegisterCollectives();  // collectives.cpp: torch.distr
 // device_collectives.cpp: groups whose ranks are threads of this process
 void RegisterInProcessGroup(const std::string& name, double timeout_s, const std::vector<int>& world_ranks);
 void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s);
+// and groups of processes whose one-program collectives run on the devices
+void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids);
 
 namespace {
 
@@ -120,6 +122,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register_collectives", &aten::RegisterCollectives);
   aten::RegisterJobStoreBindings(m);
   m.def("_register_in_process_group", &aten::RegisterInProcessGroup);
+  m.def("_register_cross_process_group", &aten::RegisterCrossProcessGroup);
+  m.def("_global_device_id", [](int index) { return runtime::Runtime::Get().client().device_id(index); });
   m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());
   m.def("_initialized", &runtime::Runtime::Initialized);
   m.def("_init", [] {
