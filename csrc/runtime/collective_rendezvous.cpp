@@ -186,22 +186,16 @@ pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const s
   Runtime& rt = Runtime::Get();
   const std::string name = "collective " + description;
   const std::string options = pjrt::ReplicatedCompileOptions(device_ids);
-  std::string dumped;
-  if (!DumpDir().empty())
-    dumped = DumpProgram(DumpRecord{name, "", false, rt.client().platform_name() + " " + rt.client().platform_version(),
-                                    options, ""},
-                         module_text);
+  const std::string dumped = rt.DumpWithOptions(module_text, name, options);
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;
   try {
     exe = rt.client().Compile(module_text, options);
   } catch (const std::exception& e) {
-    DumpCompileEnd(dumped, std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::steady_clock::now() - start).count(), e.what());
+    DumpCompileEnd(dumped, start, e.what());
     throw;
   }
-  DumpCompileEnd(dumped, std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::steady_clock::now() - start).count());
+  DumpCompileEnd(dumped, start);
   GetMetrics().programs_compiled++;
   // Also compiled for a TPU topology (its mhlo.num_replicas chips) when one is asked for.
   TrackTpuTargetRuns(exe.get(), LogForTpuTarget(name, module_text, dumped, /*from_disk=*/false));

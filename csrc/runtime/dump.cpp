@@ -185,6 +185,12 @@ std::string DumpProgram(const DumpRecord& r, const std::string& module_text) {
   return path;
 }
 
+void DumpCompileEnd(const std::string& path, std::chrono::steady_clock::time_point start, const std::string& error) {
+  DumpCompileEnd(path,
+                 std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count(),
+                 error);
+}
+
 void DumpCompileEnd(const std::string& path, int64_t microseconds, const std::string& error) {
   if (path.empty()) return;
   std::ofstream f(path, std::ios::app);

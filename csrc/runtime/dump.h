@@ -4,6 +4,7 @@
 // tools as it is. Torch-free.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -33,6 +34,9 @@ std::string DumpProgram(const DumpRecord& record, const std::string& module_text
 // Appends how the compile ended (its wall time; the plugin's message when it failed) to a file
 // DumpProgram wrote before the compile started; nothing when `path` is "".
 void DumpCompileEnd(const std::string& path, int64_t microseconds, const std::string& error = "");
+// The same, timed from `start`.
+void DumpCompileEnd(const std::string& path, std::chrono::steady_clock::time_point start,
+                    const std::string& error = "");
 
 // The CompileOptionsProto in protobuf text-like form, field numbers for names
 // ("3 { 1: -1 4: 1 5: 1 } 4: 1"), for the header.

@@ -317,6 +317,12 @@ std::string Runtime::Dump(const std::string& module_text, const std::string& op_
   return DumpProgram(record, module_text);
 }
 
+std::string Runtime::DumpWithOptions(const std::string& module_text, const std::string& name,
+                                     const std::string& compile_options) const {
+  if (DumpDir().empty()) return "";
+  return DumpProgram(DumpRecord{name, "", false, dump_platform_, compile_options, ""}, module_text);
+}
+
 pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::string& op_name,
                                     const std::string& detail) {
   std::string key;

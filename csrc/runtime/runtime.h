@@ -172,6 +172,11 @@ class Runtime {
   TpuStorage* LookupContaining(uintptr_t address, int64_t* byte_offset);
   void ForEachStorage(const std::function<void(TpuStorage*)>& fn);
 
+  // Writes a program compiled with `compile_options` outside the runtime's caches (a collective
+  // replicated over several devices) to TORCH_TPU_DUMP_DIR when set; returns the file ("" if none).
+  std::string DumpWithOptions(const std::string& module_text, const std::string& name,
+                              const std::string& compile_options) const;
+
  private:
   explicit Runtime(const RuntimeConfig& config);
   void CheckProgramLimit();  // throws pjrt::Error when no more programs can be loaded
