@@ -23,7 +23,8 @@ def metrics_delta(fn, *args, **kw):
     out = fn(*args, **kw)
     after = torch_tpu.metrics()
     return out, {k: after[k] - before[k] for k in ("collectives_on_device", "collectives_via_host",
-                                                  "collectives_in_graphs", "device_to_host_bytes",
+                                                  "collectives_in_graphs", "collective_agreements",
+                                                  "device_to_host_bytes",
                                                   "host_to_device_bytes")}
 
 
@@ -209,11 +210,17 @@ def test_collectives_between_processes_are_counted_as_via_host():
 def test_cross_process_opt_in_runs_one_program_collectives_on_the_device(monkeypatch):
     # TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1: a group of processes compiles each one-program
     # collective for its ranks' devices (exchanged through the store) and each process runs its
-    # part. Here one process (world size 1): the same path, end to end, on the CPU plugin; more
-    # processes need a plugin with collectives across them (libtpu, CUDA).
+    # part, after the ranks agree on it through the store. Here one process (world size 1): the
+    # same path, end to end, on the CPU plugin; more processes need a plugin with collectives
+    # across them (libtpu, CUDA), which is where it is on by default.
     monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "1")
+    before = torch_tpu.metrics()
     dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
     try:
+        # The group's first collective, an all_reduce whose compile and result every rank
+        # reports through the store (two agreements), ran at creation.
+        after = torch_tpu.metrics()
+        assert after["collective_agreements"] - before["collective_agreements"] == 2, (before, after)
         base = torch.arange(6.0).reshape(2, 3)
         t = base.to("tpu")
         gathered, scattered, swapped = (torch.empty(2, 3, device="tpu") for _ in range(3))
@@ -226,13 +233,33 @@ def test_cross_process_opt_in_runs_one_program_collectives_on_the_device(monkeyp
             dist.all_to_all_single(swapped, t)
         _, delta = metrics_delta(run)
         assert delta["collectives_on_device"] == 5 and delta["collectives_via_host"] == 0, delta
+        assert delta["collective_agreements"] == 5, delta
         for got, want in ((t, base), (gathered, base), (scattered, base * 2), (swapped, base)):
             assert torch.equal(got.cpu(), want)
-        # Uneven all_to_all needs every rank's split sizes: the host path still serves it.
+        # Uneven all_to_all: the split sizes travel with the agreement, then one program.
         out = torch.empty(2, 3, device="tpu")
         _, delta = metrics_delta(dist.all_to_all_single, out, t, [2], [2])
-        assert delta["collectives_via_host"] == 1, delta
+        assert delta["collectives_on_device"] == 1 and delta["collectives_via_host"] == 0, delta
         assert torch.equal(out.cpu(), base)
+        parts = [torch.empty(2, 3, device="tpu")]
+        _, delta = metrics_delta(dist.all_to_all, parts, [t])
+        assert delta["collectives_via_host"] == 0 and torch.equal(parts[0].cpu(), base), delta
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_new_group_of_the_same_name_forgets_the_devices_of_the_last(monkeypatch):
+    # The default group's name comes back after destroy_process_group: a Gloo group made then
+    # must not run on the devices of the one before.
+    monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "1")
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+    dist.destroy_process_group()
+    monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "0")
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        t = torch.ones(3, device="tpu")
+        _, delta = metrics_delta(dist.all_reduce, t)
+        assert delta["collectives_via_host"] == 1 and delta["collectives_on_device"] == 0, delta
     finally:
         dist.destroy_process_group()
 

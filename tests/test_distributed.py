@@ -127,3 +127,98 @@ def test_collectives_are_registered_for_tpu():
     dump = torch._C._dispatch_dump("c10d::allreduce_")
     line = next(entry for entry in dump.splitlines() if entry.startswith("PrivateUse1"))
     assert "collectives.cpp" in line, line
+
+
+AGREEMENT_WORKER = textwrap.dedent('''
+    import sys, time, datetime
+    import torch.distributed as dist
+    import torch_tpu
+    from torch_tpu import _C
+
+    rank, port = int(sys.argv[1]), int(sys.argv[2])
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=datetime.timedelta(seconds=120))
+    # What every collective of a group across processes does before it runs, here with no
+    # devices behind the group (the CPU plugin has no collectives across processes).
+    _C._register_cross_process_group("agree", [0, 1], store, rank, 120.0)
+    for i in range(5):  # past the two slots each rank's posts take turns in
+        got = _C._agree_across_processes("agree", "all_reduce(sum) f32[4] over 2 ranks", [rank, i])
+        assert got == [[0, i], [1, i]], got
+    mine = "all_reduce(sum) f32[4] over 2 ranks" if rank == 0 else "broadcast(from rank 0) f32[4] over 2 ranks"
+    try:
+        _C._agree_across_processes("agree", mine)
+        raise SystemExit("no divergence raised")
+    except RuntimeError as e:
+        assert "diverged at collective #5" in str(e), e
+        assert "rank 0 runs all_reduce(sum) f32[4]" in str(e) and "rank 1 runs broadcast(from rank 0)" in str(e), e
+    try:  # the group's numbering is lost: every later collective says why
+        _C._agree_across_processes("agree", "all_reduce(sum) f32[4] over 2 ranks")
+        raise SystemExit("a collective ran after a divergence")
+    except RuntimeError as e:
+        assert "diverged at collective #5" in str(e) and "earlier collective" in str(e), e
+    # TORCH_TPU_COLLECTIVE_CHECKS=0: a mere check passes alone; an exchange still waits for all.
+    _C._register_cross_process_group("unchecked", [0, 1], store, rank, 120.0, False)
+    assert _C._agree_across_processes("unchecked", "rank %d's own" % rank, [], True) == []
+    assert _C._agree_across_processes("unchecked", "split sizes", [7 + rank]) == [[7], [8]]
+    # A rank that never comes is named after the group's timeout.
+    _C._register_cross_process_group("late", [0, 1], store, rank, 1.0)
+    if rank == 0:
+        start = time.monotonic()
+        try:
+            _C._agree_across_processes("late", "all_gather f32[8] over 2 ranks")
+            raise SystemExit("no timeout raised")
+        except RuntimeError as e:
+            assert "rank(s) 1 of group 'late' did not reach collective #0" in str(e), e
+        assert time.monotonic() - start < 30
+    store.set("done%d" % rank, "1")
+    store.wait(["done0", "done1"])  # rank 0 holds the store
+    print("rank %d OK" % rank, flush=True)
+''')
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+def test_ranks_across_processes_agree_on_each_collective_or_raise(tmp_path):
+    # Two processes and a TCPStore: matching collectives exchange their host values; different
+    # ones raise on both ranks, naming both; a missing rank is named after the timeout.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "agree.py"
+    script.write_text(AGREEMENT_WORKER)
+    env = dict(os.environ, TORCH_TPU_QUIET="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"rank {r} OK" in out, out[-2000:] + err[-4000:]
+
+
+@pytest.mark.parametrize("platform,size,setting,wanted", [
+    ("cpu", 2, "", False), ("cpu", 1, "", False), ("cpu", 1, "1", True), ("cpu", 2, "1", False),
+    ("tpu", 4, "", True), ("cuda", 2, "", True), ("tpu", 4, "0", False), ("tpu", 4, "1", True)])
+def test_which_groups_of_processes_ask_for_device_collectives(platform, size, setting, wanted):
+    import warnings
+
+    from torch_tpu.distributed import wants_device_collectives
+
+    env = {"TORCH_TPU_CROSS_PROCESS_COLLECTIVES": setting} if setting else {}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert wants_device_collectives(platform, size, env) == wanted
+    # Asked for on the CPU plugin with several processes: said, not silently dropped.
+    assert bool(seen) == (platform == "cpu" and size > 1 and setting == "1"), [str(w.message) for w in seen]
+
+
+def test_every_rank_reaches_one_verdict_from_the_exchanged_device_ids():
+    from torch_tpu.distributed import checks_each_collective, device_collectives_verdict
+
+    assert device_collectives_verdict([0, 1, 2, 3]) is None
+    assert "rank(s) 2 keep Gloo" in device_collectives_verdict([0, 1, -1, 3])
+    assert "two ranks are on one device" in device_collectives_verdict([0, 0])  # clients that do not span the job
+    assert checks_each_collective({}) and not checks_each_collective({"TORCH_TPU_COLLECTIVE_CHECKS": "0"})
+    with pytest.raises(ValueError, match="TORCH_TPU_COLLECTIVE_CHECKS='yes'"):
+        checks_each_collective({"TORCH_TPU_COLLECTIVE_CHECKS": "yes"})
+    with pytest.raises(ValueError, match="TORCH_TPU_CROSS_PROCESS_COLLECTIVES='2'"):
+        from torch_tpu.distributed import wants_device_collectives
+        wants_device_collectives("tpu", 2, {"TORCH_TPU_CROSS_PROCESS_COLLECTIVES": "2"})

@@ -55,40 +55,104 @@ def _threaded_world():
 def _create_tpu_dist(opts, backend_options=None):
     """init_process_group("tpu_dist"): among threads of this process, an in-process group whose
     collectives run on the devices; else a Gloo backend serving both devices (the tpu
-    collectives find it as the group's CPU backend), and with TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1
-    the group's one-program collectives on the devices across processes (_register_across_processes)."""
+    collectives find it as the group's CPU backend), whose collectives run on the devices
+    across the processes where the plugin can (_register_across_processes)."""
     if _threaded_world():
         return _create_in_process_group(opts)
     gloo = torch.distributed.ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
-    if os.environ.get("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "0") == "1":
-        _register_across_processes(opts)
+    _register_across_processes(opts)
     return gloo
 
 
-def _register_across_processes(opts):
-    """Every rank's global PJRT device id (its current tpu device's), exchanged through the
-    group's store, so that each collective compiles for the group's devices in rank order and
-    each process runs its part (csrc/aten/device_collectives.h, RegisterCrossProcessGroup).
-    Needs a plugin whose client spans the processes (libtpu on a TPU slice, the CUDA plugin);
-    the CPU plugin has no collectives across processes, so there it keeps Gloo for more than
-    one process. Not run on a TPU yet: opt in."""
-    if opts.group_size > 1 and _C._platform() == "cpu":
-        warnings.warn("torch_tpu: TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1: the cpu plugin has no collectives "
-                      "across processes; this group's collectives run through Gloo")
-        return
-    # The process's device: LOCAL_RANK's where the process sees several (set_device may follow
-    # init_process_group), else its current one (one chip per process: TPU_VISIBLE_CHIPS).
-    local = int(os.environ.get("LOCAL_RANK", "-1"))
-    device = local if 0 <= local < torch.tpu.device_count() and torch.tpu.device_count() > 1 else \
-        torch.tpu.current_device()
-    mine = int(_C._global_device_id(device))
-    key = f"torch_tpu/devices/{opts.group_id}/"
-    opts.store.set(key + str(opts.group_rank), str(mine))
-    ids = [int(opts.store.get(key + str(r))) for r in range(opts.group_size)]
+CROSS_PROCESS_VARIABLE = "TORCH_TPU_CROSS_PROCESS_COLLECTIVES"
+
+
+def wants_device_collectives(platform, group_size, env=None):
+    """Whether this rank asks for its group's collectives on the devices across processes:
+    TORCH_TPU_CROSS_PROCESS_COLLECTIVES=0 never, =1 always (a one-process group on the CPU plugin
+    too), unset wherever the plugin has collectives across processes (libtpu, the CUDA plugin).
+    The CPU plugin has none, so with more than one process it never does (warned when asked)."""
+    env = os.environ if env is None else env
+    setting = env.get(CROSS_PROCESS_VARIABLE, "")
+    if setting not in ("", "0", "1"):
+        raise ValueError(f"torch_tpu: {CROSS_PROCESS_VARIABLE}={setting!r}: use 0 (Gloo) or 1 (the devices)")
+    if setting == "0" or (setting == "" and platform == "cpu"):
+        return False
+    if platform == "cpu" and group_size > 1:
+        warnings.warn(f"torch_tpu: {CROSS_PROCESS_VARIABLE}=1: the cpu plugin has no collectives across processes; "
+                      "this group's collectives run through Gloo")
+        return False
+    return True
+
+
+CHECKS_VARIABLE = "TORCH_TPU_COLLECTIVE_CHECKS"
+
+
+def checks_each_collective(env=None):
+    """TORCH_TPU_COLLECTIVE_CHECKS: 1 (default) checks every collective across processes through
+    the store before it runs (a divergence raises instead of hanging the devices), 0 only
+    those that need the exchange anyway (barrier, uneven all_to_all): two store round trips
+    less per collective, and a divergence hangs as it would with NCCL."""
+    env = os.environ if env is None else env
+    setting = env.get(CHECKS_VARIABLE, "")
+    if setting not in ("", "0", "1"):
+        raise ValueError(f"torch_tpu: {CHECKS_VARIABLE}={setting!r}: use 1 (check every collective) or 0")
+    return setting != "0"
+
+
+def device_collectives_verdict(ids):
+    """From every rank's global device id (-1: the rank keeps Gloo), in rank order: None when the
+    group's collectives can run on its devices, else why not. Every rank reads the same ids, so
+    every rank reaches the same verdict (a rank on the devices with another on Gloo would hang)."""
+    declined = [r for r, i in enumerate(ids) if i < 0]
+    if declined:
+        return f"rank(s) {', '.join(map(str, declined))} keep Gloo ({CROSS_PROCESS_VARIABLE}=0 or the cpu plugin)"
     if len(set(ids)) != len(ids):
-        raise RuntimeError(f"torch_tpu: group '{opts.group_id}' has two ranks on one device ({ids}); "
-                           "each process needs a device of its own (torch.tpu.set_device(local_rank))")
-    _C._register_cross_process_group(opts.group_id, ids)
+        return (f"two ranks are on one device (global device ids {ids}): the processes' PJRT clients do not "
+                "span the job (start them with torchrun, one device per process: torch.tpu.set_device(local_rank))")
+    return None
+
+
+def _register_across_processes(opts):
+    """Where the plugin's client spans the processes (libtpu on a TPU slice under torchrun, the
+    CUDA plugin), the group's collectives run on the devices: every rank's global PJRT device id
+    is exchanged through the group's store, each collective compiles for the group's devices in
+    rank order and each process runs its part (csrc/aten/device_collectives.h); the ranks agree
+    on each collective through the store first (csrc/aten/collective_agreement.h). The group's
+    first collective checks the whole path; if any rank fails it, every rank keeps Gloo, warned.
+    Not run on a TPU or across GPUs yet: TORCH_TPU_CROSS_PROCESS_COLLECTIVES=0 keeps Gloo."""
+    _C._forget_cross_process_group(opts.group_id)  # a new group may reuse a destroyed one's name
+    wanted = wants_device_collectives(_C._platform(), opts.group_size)
+    mine = -1
+    if wanted:
+        # The process's device: LOCAL_RANK's where the process sees several (set_device may
+        # follow init_process_group), else its current one (one chip per process: TPU_VISIBLE_CHIPS).
+        local = int(os.environ.get("LOCAL_RANK", "-1"))
+        device = local if 0 <= local < torch.tpu.device_count() and torch.tpu.device_count() > 1 else \
+            torch.tpu.current_device()
+        mine = int(_C._global_device_id(device))
+    # Every rank posts, wanted or not, so that all reach one verdict (and check alike: a rank
+    # that checks waits for the posts of one that does not).
+    key = f"torch_tpu/devices/{opts.group_id}/"
+    opts.store.set(key + str(opts.group_rank), f"{mine} {int(checks_each_collective())}")
+    posts = [opts.store.get(key + str(r)).decode().split() for r in range(opts.group_size)]
+    ids = [int(p[0]) for p in posts]
+    check_each = all(p[1] == "1" for p in posts)
+    why_not = device_collectives_verdict(ids)
+    if why_not is not None:
+        if wanted:
+            if os.environ.get(CROSS_PROCESS_VARIABLE) == "1" and mine >= 0 and len(set(ids)) != len(ids):
+                raise RuntimeError(f"torch_tpu: group '{opts.group_id}': {why_not}")
+            warnings.warn(f"torch_tpu: group '{opts.group_id}' runs its collectives through Gloo: {why_not}")
+        return
+    _C._register_cross_process_group(opts.group_id, ids, opts.store, opts.group_rank, opts.timeout.total_seconds(),
+                                     check_each)
+    failure = _C._check_cross_process_group(opts.group_id, opts.group_rank, device)
+    if failure:
+        _C._forget_cross_process_group(opts.group_id)
+        warnings.warn(f"torch_tpu: group '{opts.group_id}': its first collective on the devices across processes "
+                      f"failed ({failure}); its collectives run through Gloo. Please report this with your plugin "
+                      f"({_C._platform()}); {CROSS_PROCESS_VARIABLE}=0 skips the attempt")
 
 
 def _done_work(result=None):

@@ -322,7 +322,7 @@ std::tuple<TensorVec, WorkPtr> Scatter(const at::TensorList& outputs, const std:
 
 std::tuple<TensorVec, WorkPtr> Alltoall(const at::TensorList& outputs, const at::TensorList& inputs, const Group& group,
                                         bool, int64_t timeout) {
-  if (InProcess(*group)) {
+  if (OnDevices(*group)) {
     DeviceAlltoall(*group, outputs.vec(), inputs.vec(), Timeout(timeout));
     return {outputs.vec(), Done(outputs.vec())};
   }
@@ -337,7 +337,7 @@ std::tuple<TensorVec, WorkPtr> Alltoall(const at::TensorList& outputs, const at:
 
 WorkPtr AlltoallBase(at::Tensor& output, at::Tensor& input, const Group& group, std::vector<int64_t> output_splits,
                      std::vector<int64_t> input_splits, bool, int64_t timeout) {
-  if (InProcess(*group) || (OnDevices(*group) && output_splits.empty() && input_splits.empty())) {
+  if (OnDevices(*group)) {
     DeviceAlltoallBase(*group, output, input, output_splits, input_splits, Timeout(timeout));
     return Done({output});
   }
@@ -355,6 +355,7 @@ WorkPtr Barrier(at::Tensor tensor, const Group& group, const std::vector<int64_t
     DeviceBarrier(group->getGroupName(), group->getRank(), group->getSize(), tensor.device().index(), timeout / 1000.0);
     return Done();
   }
+
   c10d::BarrierOptions opts;
   opts.timeout = Timeout(timeout);
   Host(group)->barrier(opts)->wait();

@@ -15,6 +15,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "collective_agreement.h"
 #include "common.h"
 #include "../runtime/collective_programs.h"
 #include "../runtime/collective_rendezvous.h"
@@ -127,8 +128,11 @@ namespace {
 // devices and run on this rank's. The plugin's collectives wait for the other processes.
 pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const CollectiveSpec& spec,
                                    const at::Tensor& input, const std::vector<int64_t>& device_ids) {
-  if (spec.numel == 0) return nullptr;
   const std::string description = spec.Describe();
+  // Before anything that only some ranks might do: a rank whose collective differs must not
+  // leave the others waiting in the plugin.
+  AgreeAcrossProcesses(group.getGroupName(), description, {}, /*only_a_check=*/true);
+  if (spec.numel == 0) return nullptr;
   try {
     pjrt::BufferPtr operand = Operand(input);
     pjrt::ExecutablePtr exe =
@@ -201,16 +205,19 @@ at::Tensor FromResult(pjrt::BufferPtr buffer, int64_t numel, const at::TensorOpt
 std::vector<std::vector<int64_t>> ShareSplits(const c10d::ProcessGroup& group, const std::vector<int64_t>& in_splits,
                                               const std::vector<int64_t>& out_splits, int64_t row, int device,
                                               std::chrono::milliseconds timeout) {
+  std::vector<int64_t> mine = in_splits;
+  mine.insert(mine.end(), out_splits.begin(), out_splits.end());
+  mine.push_back(row);
+  const std::string description = "all_to_all (split sizes) over " + std::to_string(group.getSize()) + " ranks";
+  if (!InProcess(group)) return AgreeAcrossProcesses(group.getGroupName(), description, mine);
   runtime::CollectiveArrival a;
   a.group = group.getGroupName();
   a.rank = group.getRank();
   a.group_size = group.getSize();
   a.device = device;
-  a.description = "all_to_all (split sizes) over " + std::to_string(a.group_size) + " ranks";
+  a.description = description;
   a.timeout_seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : GroupTimeout(a.group);
-  a.host_values = in_splits;
-  a.host_values.insert(a.host_values.end(), out_splits.begin(), out_splits.end());
-  a.host_values.push_back(row);
+  a.host_values = mine;
   std::optional<pybind11::gil_scoped_release> no_gil;
   if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
   try {
@@ -255,9 +262,57 @@ void CheckSameDtype(const at::Tensor& a, const at::Tensor& b, const char* what) 
 
 bool InProcess(const c10d::ProcessGroup& group) { return group.getBackendName() == kInProcessBackend; }
 
-void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids) {
+void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
+                               c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
+                               bool check_each) {
+  RegisterAgreement(name, std::move(store), rank, static_cast<int>(device_ids.size()), timeout, check_each);
   std::lock_guard<std::mutex> lock(timeouts_mu);
   cross_process_devices[name] = device_ids;
+}
+
+void ForgetCrossProcessGroup(const std::string& name) {
+  ForgetAgreement(name);
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  cross_process_devices.erase(name);
+}
+
+std::string CheckAcrossProcesses(const std::string& name, int rank, int device) {
+  std::vector<int64_t> device_ids;
+  {
+    std::lock_guard<std::mutex> lock(timeouts_mu);
+    device_ids = cross_process_devices.at(name);
+  }
+  const int n = static_cast<int>(device_ids.size());
+  CollectiveSpec spec{CollectiveKind::kAllReduce, CollectiveReduce::kSum, shlo::ElemType::S32, 1, {}, n};
+  const std::string description = "the group's check (" + spec.Describe() + ")";
+  // Every rank compiles the same program: all succeed or all fail, but say so before running it.
+  std::string failure;
+  pjrt::ExecutablePtr exe;
+  try {
+    exe = runtime::CollectiveExecutable(runtime::CollectiveModule(spec), device_ids, description);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  auto compiled = AgreeAcrossProcesses(name, description + ": compiled", {failure.empty() ? 1 : 0});
+  for (int r = 0; r < n; ++r)
+    if (!compiled[r][0])
+      return "rank " + std::to_string(r) + " could not compile it" + (r == rank ? ": " + failure : std::string());
+  // Each rank adds rank + 1: every rank must read n (n + 1) / 2.
+  c10::DeviceGuard guard(c10::Device(kTpu, static_cast<c10::DeviceIndex>(device)));
+  at::Tensor mine = at::full({1}, rank + 1, at::TensorOptions().dtype(at::kInt).device(kTpu, device));
+  int64_t got = -1;
+  try {
+    pjrt::BufferPtr result = exe->ExecuteReplicated({{Operand(mine)->raw()}}).at(0).at(0);
+    got = FromResult(std::move(result), 1, mine.options()).cpu().item<int64_t>();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  auto results = AgreeAcrossProcesses(name, description + ": ran", {got});
+  for (int r = 0; r < n; ++r)
+    if (results[r][0] != int64_t{n} * (n + 1) / 2)
+      return "rank " + std::to_string(r) + " read " + std::to_string(results[r][0]) + ", not " +
+             std::to_string(int64_t{n} * (n + 1) / 2) + (r == rank && !failure.empty() ? ": " + failure : std::string());
+  return "";
 }
 
 bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group) {

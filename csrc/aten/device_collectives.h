@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "../pjrt/pjrt.h"
 
 namespace tpu::aten {
@@ -24,14 +26,23 @@ using TensorVec = std::vector<at::Tensor>;
 // The backend name of torch_tpu.distributed's groups whose ranks are threads of this process.
 constexpr const char* kInProcessBackend = "tpu_threads";
 bool InProcess(const c10d::ProcessGroup& group);
-// A group of processes whose collectives run on the devices (TORCH_TPU_CROSS_PROCESS_COLLECTIVES,
-// torch_tpu/distributed.py): each process runs its part of one program whose replicas are the
-// group's devices, `device_ids` (global PJRT ids, in group rank order); the plugin's client,
-// set up across the processes, carries the data between them. Only the collectives that are one
-// program (all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter, even
-// all_to_all_single); send/recv, barrier and uneven all_to_all stay on the group's CPU backend.
-void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids);
+// A group of processes whose collectives run on the devices (torch_tpu/distributed.py): each
+// process runs its part of one program whose replicas are the group's devices, `device_ids`
+// (global PJRT ids, in group rank order); the plugin's client, set up across the processes,
+// carries the data between them. The ranks agree on each collective through `store` first
+// (collective_agreement.h; `check_each` false: only where they need each other's values).
+// All collectives but send/recv and the barrier, which stay on the group's CPU backend (a batch
+// of isend/irecv posted by both sides before either waits would need one program for the whole
+// batch; c10d runs this group's barrier on a CPU tensor).
+void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
+                               c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
+                               bool check_each = true);
+void ForgetCrossProcessGroup(const std::string& name);
 bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group);
+// Runs a registered group's first collective, an all_reduce of rank + 1 on `device`: "" when
+// every rank compiled it and read the right sum, else what went wrong (every rank returns the
+// same verdict, so that all keep the devices or all fall back to the CPU backend together).
+std::string CheckAcrossProcesses(const std::string& name, int rank, int device);
 // Whether the group's collectives run on the devices: in-process or registered across processes.
 inline bool OnDevices(const c10d::ProcessGroup& group) {
   return InProcess(group) || AcrossProcessesOnDevices(group);

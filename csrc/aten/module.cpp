@@ -5,7 +5,9 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "collective_agreement.h"
 #include "common.h"
+#include "device_collectives.h"
 #include "dispatch.h"
 #include "precision.h"
 #include "../lowering/lowering.h"
@@ -26,11 +28,6 @@ namespace tpu::aten {
 
 void RegisterCompositeKernels();  // kernels.cpp
 std::vector<std::string> RegisterCollectives();  // collectives.cpp: torch.distributed on tpu tensors
-// device_collectives.cpp: groups whose ranks are threads of this process
-void RegisterInProcessGroup(const std::string& name, double timeout_s, const std::vector<int>& world_ranks);
-void DeviceBarrier(const std::string& group, int rank, int size, int device, double timeout_s);
-// and groups of processes whose one-program collectives run on the devices
-void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids);
 
 namespace {
 
@@ -76,6 +73,7 @@ py::dict MetricsDict() {
   d["cpu_fallbacks_by_op"] = m.fallbacks();
   d["collectives_on_device"] = m.collectives_on_device.load();
   d["collectives_via_host"] = m.collectives_via_host.load();
+  d["collective_agreements"] = m.collective_agreements.load();
   d["replicated_graph_runs"] = m.replicated_graph_runs.load();
   d["collectives_in_graphs"] = m.collectives_in_graphs.load();
   // Which formulation aten::_grouped_mm lowers to here, and how many programs took each.
@@ -122,7 +120,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register_collectives", &aten::RegisterCollectives);
   aten::RegisterJobStoreBindings(m);
   m.def("_register_in_process_group", &aten::RegisterInProcessGroup);
-  m.def("_register_cross_process_group", &aten::RegisterCrossProcessGroup);
+  m.def("_register_cross_process_group", [](const std::string& name, const std::vector<int64_t>& device_ids,
+                                             const py::object& store, int rank, double timeout_s, bool check_each) {
+    aten::RegisterCrossProcessGroup(name, device_ids, py::cast<c10::intrusive_ptr<c10d::Store>>(store), rank,
+                                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), check_each);
+  }, py::arg("name"), py::arg("device_ids"), py::arg("store"), py::arg("rank"), py::arg("timeout_s"),
+     py::arg("check_each") = true);
+  m.def("_forget_cross_process_group", &aten::ForgetCrossProcessGroup);
+  m.def("_check_cross_process_group", &aten::CheckAcrossProcesses);
+  // What every collective of a group across processes does first; called directly by the tests,
+  // which have no plugin with collectives across processes.
+  m.def("_agree_across_processes", &aten::AgreeAcrossProcesses, py::arg("group"), py::arg("description"),
+        py::arg("host_values") = std::vector<int64_t>{}, py::arg("only_a_check") = false);
   m.def("_global_device_id", [](int index) { return runtime::Runtime::Get().client().device_id(index); });
   m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());
   m.def("_initialized", &runtime::Runtime::Initialized);

@@ -1,0 +1,164 @@
+#include "collective_agreement.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "../runtime/metrics.h"
+
+namespace tpu::aten {
+namespace {
+
+struct Agreement {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::string name;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{0};
+  bool check_each = true;
+  int64_t next = 0;    // the number of this rank's next collective
+  std::string broken;  // the divergence that ended the group's collectives
+  std::mutex mu;       // one exchange at a time per group (the store's keys are per number)
+};
+
+std::mutex registry_mu;
+std::map<std::string, std::shared_ptr<Agreement>> registry;
+
+// Rank r's post for collective n lives under slot n % 2: a rank that posts n + 2 has read every
+// rank's post of n + 1, so every rank has finished reading n and the slot is free. Posts carry
+// their number, so a stale one (n - 2) reads as "not yet". Two keys per rank, overwritten, never
+// deleted: the store does not grow with the number of collectives.
+std::string Key(const Agreement& a, int64_t n, int rank) {
+  return "torch_tpu/agree/" + a.name + "/" + std::to_string(n % 2) + "/" + std::to_string(rank);
+}
+
+struct Post {
+  int64_t number = -1;
+  std::string description;
+  std::vector<int64_t> values;
+};
+
+std::vector<uint8_t> Encode(int64_t n, const std::string& description, const std::vector<int64_t>& values) {
+  std::ostringstream out;
+  out << n << '\n' << description << '\n';
+  for (int64_t v : values) out << v << ' ';
+  const std::string s = out.str();
+  return {s.begin(), s.end()};
+}
+
+Post Decode(const std::vector<uint8_t>& bytes) {
+  const std::string s(bytes.begin(), bytes.end());
+  Post p;
+  const size_t first = s.find('\n'), second = first == std::string::npos ? first : s.find('\n', first + 1);
+  if (second == std::string::npos) return p;
+  p.number = std::stoll(s.substr(0, first));
+  p.description = s.substr(first + 1, second - first - 1);
+  std::istringstream values(s.substr(second + 1));
+  for (int64_t v; values >> v;) p.values.push_back(v);
+  return p;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+void RegisterAgreement(const std::string& name, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                       std::chrono::milliseconds timeout, bool check_each) {
+  auto a = std::make_shared<Agreement>();
+  a->check_each = check_each;
+  a->store = std::move(store);
+  a->name = name;
+  a->rank = rank;
+  a->size = size;
+  a->timeout = timeout.count() > 0 ? timeout : std::chrono::milliseconds(1800 * 1000);
+  std::lock_guard<std::mutex> lock(registry_mu);
+  registry[name] = std::move(a);
+}
+
+void ForgetAgreement(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  registry.erase(name);
+}
+
+std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
+                                                       const std::vector<int64_t>& host_values, bool only_a_check) {
+  std::shared_ptr<Agreement> a;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    auto it = registry.find(group);
+    TORCH_CHECK(it != registry.end(), "torch.distributed on tpu: group '", group,
+                "' has no collectives across processes registered");
+    a = it->second;
+  }
+  if (only_a_check && !a->check_each) return {};
+  std::lock_guard<std::mutex> lock(a->mu);
+  TORCH_CHECK(a->broken.empty(), a->broken, " (an earlier collective; the group cannot run collectives any more)");
+  const int64_t n = a->next;
+  std::vector<std::string> keys;
+  for (int r = 0; r < a->size; ++r) keys.push_back(Key(*a, n, r));
+
+  // The wait below may be long: the other ranks' threads of this process (and Python's) go on.
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  a->store->set(keys[a->rank], Encode(n, description, host_values));
+  // Polls rather than the store's blocking wait: a TCPStore client holds its socket for the
+  // whole wait, and the PJRT client may share that store. Every key exists from number 2 on.
+  const auto deadline = std::chrono::steady_clock::now() + a->timeout;
+  auto pause = std::chrono::microseconds(20);
+  bool present = n >= 2;
+  std::vector<Post> posts;
+  std::vector<int> missing;
+  for (;;) {
+    if (present || a->store->check(keys)) {
+      present = true;
+      posts.clear();
+      missing.clear();
+      for (const auto& bytes : a->store->multiGet(keys)) posts.push_back(Decode(bytes));
+      for (int r = 0; r < a->size; ++r)
+        if (posts[r].number != n) missing.push_back(r);
+      if (missing.empty()) break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (!present) {  // which ones: the keys that exist may still be another number's
+        missing.clear();
+        for (int r = 0; r < a->size; ++r)
+          if (!a->store->check({keys[r]}) || Decode(a->store->get(keys[r])).number != n) missing.push_back(r);
+      }
+      std::ostringstream why;
+      why << "torch.distributed on tpu: rank(s) " << RankList(missing) << " of group '" << group
+          << "' did not reach collective #" << n << " (rank " << a->rank << " runs " << description << ") within "
+          << a->timeout.count() / 1000.0 << " s: every rank must issue the same collectives in the same order";
+      a->broken = why.str();
+      TORCH_CHECK(false, a->broken);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+  a->next = n + 1;
+  runtime::GetMetrics().collective_agreements++;
+  for (int r = 0; r < a->size; ++r) {
+    if (posts[r].description == description) continue;
+    std::ostringstream why;
+    why << "torch.distributed on tpu: the ranks of group '" << group << "' diverged at collective #" << n << ": rank "
+        << a->rank << " runs " << description << ", rank " << r << " runs " << posts[r].description
+        << "; every rank must issue the same collectives in the same order (none of them ran)";
+    a->broken = why.str();
+    TORCH_CHECK(false, a->broken);
+  }
+  std::vector<std::vector<int64_t>> values;
+  for (Post& p : posts) values.push_back(std::move(p.values));
+  return values;
+}
+
+}  // namespace tpu::aten
