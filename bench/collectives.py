@@ -10,10 +10,21 @@ per-round ratios host/device.
 
 --tpu-topology also compiles each all_reduce program for that TPU topology with libtpu (no TPU
 needed) and adds the cost model's time and bus bandwidth: the compiler's estimates, not measurements.
+
+    python bench/collectives.py --agreement [--ranks 2] [--rounds 5] [--iters 500]  # more iters than the default 5
+
+instead times what a collective across processes on the devices does first: the ranks' agreement
+through a TCPStore (csrc/aten/collective_agreement.cpp), in that many processes, against a Gloo
+all_reduce of one float32 on the CPU among the same processes in the same run (the cheapest
+host collective). Medians of the per-round means, and of the per-round ratios.
 """
 import argparse
+import datetime
 import os
+import socket
 import statistics
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("TORCH_TPU_NUM_DEVICES", "4")
@@ -42,14 +53,60 @@ def timed(rank, world, nbytes, iters):
     return statistics.median(times)
 
 
+def agreement_worker(rank, n, port, rounds, iters):
+    """One process of --agreement: per round, the mean agreement time, then the mean Gloo time."""
+    store = dist.TCPStore("127.0.0.1", port, n, rank == 0, timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank, world_size=n)
+    torch_tpu._C._register_cross_process_group("bench", list(range(n)), store, rank, 300.0)
+    one = torch.ones(1)
+    for r in range(rounds + 1):  # the first round warms up
+        dist.barrier()
+        start = time.perf_counter()
+        for i in range(iters):
+            torch_tpu._C._agree_across_processes("bench", "all_reduce(sum) f32[1024] over %d ranks" % n)
+        agree = (time.perf_counter() - start) / iters
+        dist.barrier()
+        start = time.perf_counter()
+        for i in range(iters):
+            dist.all_reduce(one)
+        gloo = (time.perf_counter() - start) / iters
+        if rank == 0 and r:
+            print(f"ROUND {agree} {gloo}", flush=True)
+    dist.destroy_process_group()
+
+
+def agreement(a):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, __file__, "--agreement-worker", "--ranks", str(a.ranks), "--rounds", str(a.rounds),
+           "--iters", str(a.iters), "--port", str(port)]
+    procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, text=True) for r in range(a.ranks)]
+    out = [p.communicate()[0] for p in procs][0]
+    rounds = [tuple(float(x) for x in line.split()[1:]) for line in out.splitlines() if line.startswith("ROUND")]
+    agree = statistics.median(r[0] for r in rounds)
+    gloo = statistics.median(r[1] for r in rounds)
+    ratio = statistics.median(r[0] / r[1] for r in rounds)
+    print(f"{a.ranks} processes, {a.rounds} rounds x {a.iters}: agreement {agree * 1e6:.1f} us, "
+          f"Gloo all_reduce of 1 float32 {gloo * 1e6:.1f} us, agreement/Gloo {ratio:.2f}")
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--agreement", action="store_true")
+    p.add_argument("--agreement-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--max-bytes", type=int, default=SIZES[-1])
     p.add_argument("--tpu-topology")
     a = p.parse_args()
+    if a.agreement_worker:
+        return agreement_worker(a.rank, a.ranks, a.port, a.rounds, a.iters)
+    if a.agreement:
+        return agreement(a)
     n = a.ranks
     if a.tpu_topology:
         from torch_tpu import tpu_target

@@ -7,7 +7,10 @@ ones: DDP, DTensor, tensor parallelism and FSDP work across processes, one tpu d
 (`torch.tpu.set_device(rank)`; `TORCH_TPU_NUM_DEVICES` gives the CPU plugin more than one
 device). The backend name "tpu_dist" (what Transformers asks for on tpu) is Gloo for both cpu
 and tpu tensors; those host round trips are counted in
-`torch_tpu.metrics()["collectives_via_host"]`.
+`torch_tpu.metrics()["collectives_via_host"]`. Where the plugin's client spans the processes
+(libtpu, the CUDA plugin), a "tpu_dist" group's collectives but send/recv run on the devices
+instead, each rank running its part of one program, after the ranks agree on each collective
+through the group's store (_register_across_processes).
 
 Where the ranks are threads of one process, one device each (PyTorch's threaded world, as its
 own DTensor tests use; `run_in_threads` here), "tpu_dist" gives an in-process group instead:
@@ -124,6 +127,12 @@ def _register_across_processes(opts):
     _C._forget_cross_process_group(opts.group_id)  # a new group may reuse a destroyed one's name
     wanted = wants_device_collectives(_C._platform(), opts.group_size)
     mine = -1
+    if wanted and opts.group_size > 1 and _C._global_device_count() <= torch.tpu.device_count():
+        # Each process's client sees only its own devices (not started by a launcher, so the
+        # plugin was not told of the others): no program can span the processes.
+        warnings.warn(f"torch_tpu: group '{opts.group_id}' runs its collectives through Gloo: this process's "
+                      "PJRT client does not span the job's processes (start them with torchrun)")
+        wanted = False
     if wanted:
         # The process's device: LOCAL_RANK's where the process sees several (set_device may
         # follow init_process_group), else its current one (one chip per process: TPU_VISIBLE_CHIPS).

@@ -1,6 +1,8 @@
 // torch.distributed collectives on tpu tensors. Among ranks that are threads of this process
 // (one device each), they run on the devices (device_collectives.h), all but recv from any
-// source and monitored_barrier.
+// source and monitored_barrier. Among processes whose plugin client spans them (a "tpu_dist"
+// group registered across processes), they run on the devices too, all but send/recv and the
+// barrier.
 // Otherwise each runs on host copies through the process group's CPU backend (gloo) and
 // writes the results back into the tpu tensors: any PJRT plugin, any number of processes,
 // with PyTorch's own group and store machinery, at the price of the host round trip (counted
@@ -43,9 +45,8 @@ c10::intrusive_ptr<c10d::Backend> Host(const Group& group) {
               "a backend that has one (init_process_group(\"gloo\"))");
   runtime::GetMetrics().collectives_via_host++;
   TORCH_WARN_ONCE("torch.distributed on tpu: collectives between processes run on host copies through Gloo; "
-                  "torch_tpu.metrics()[\"collectives_via_host\"] counts them (with libtpu or the CUDA plugin, "
-                  "TORCH_TPU_CROSS_PROCESS_COLLECTIVES=1 runs all_reduce, broadcast, all_gather, reduce_scatter "
-                  "and even all_to_all on the devices)");
+                  "torch_tpu.metrics()[\"collectives_via_host\"] counts them (a \"tpu_dist\" group runs them "
+                  "on the devices where the plugin's client spans the processes: libtpu, the CUDA plugin)");
   return group->getBackend(c10::DeviceType::CPU);
 }
 

@@ -133,6 +133,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_agree_across_processes", &aten::AgreeAcrossProcesses, py::arg("group"), py::arg("description"),
         py::arg("host_values") = std::vector<int64_t>{}, py::arg("only_a_check") = false);
   m.def("_global_device_id", [](int index) { return runtime::Runtime::Get().client().device_id(index); });
+  m.def("_global_device_count", [] { return runtime::Runtime::Get().client().global_device_count(); });
   m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());
   m.def("_initialized", &runtime::Runtime::Initialized);
   m.def("_init", [] {

@@ -488,6 +488,13 @@ Client::Client(std::shared_ptr<Plugin> plugin, const ClientOptions& options)
   devices_.assign(devs.addressable_devices, devs.addressable_devices + devs.num_addressable_devices);
 }
 
+size_t Client::global_device_count() const {
+  auto devs = Args<PJRT_Client_Devices_Args>();
+  devs.client = raw_;
+  plugin_->Check(plugin_->api()->PJRT_Client_Devices(&devs), "PJRT_Client_Devices");
+  return devs.num_devices;
+}
+
 Client::~Client() {
   auto args = Args<PJRT_Client_Destroy_Args>();
   args.client = raw_;

@@ -170,7 +170,9 @@ class Client {
   const std::shared_ptr<Plugin>& plugin() const { return plugin_; }
   const std::string& platform_name() const { return platform_name_; }
   const std::string& platform_version() const { return platform_version_; }
-  const std::vector<PJRT_Device*>& devices() const { return devices_; }
+  const std::vector<PJRT_Device*>& devices() const { return devices_; }  // this process's
+  // Every process's devices: more than devices() where the client spans a job's processes.
+  size_t global_device_count() const;
   PJRT_Device* device(size_t index) const;
   std::string device_kind(size_t index) const;
   int64_t device_id(size_t index) const;  // the PJRT global id (replica device assignments name these)
