@@ -179,19 +179,7 @@ AGREEMENT_WORKER = textwrap.dedent('''
 def test_ranks_across_processes_agree_on_each_collective_or_raise(tmp_path):
     # Two processes and a TCPStore: matching collectives exchange their host values; different
     # ones raise on both ranks, naming both; a missing rank is named after the timeout.
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    script = tmp_path / "agree.py"
-    script.write_text(AGREEMENT_WORKER)
-    env = dict(os.environ, TORCH_TPU_QUIET="1")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"rank {r} OK" in out, out[-2000:] + err[-4000:]
+    _two_processes(tmp_path, AGREEMENT_WORKER)
 
 
 @pytest.mark.parametrize("platform,size,setting,wanted", [
@@ -222,3 +210,62 @@ def test_every_rank_reaches_one_verdict_from_the_exchanged_device_ids():
     with pytest.raises(ValueError, match="TORCH_TPU_CROSS_PROCESS_COLLECTIVES='2'"):
         from torch_tpu.distributed import wants_device_collectives
         wants_device_collectives("tpu", 2, {"TORCH_TPU_CROSS_PROCESS_COLLECTIVES": "2"})
+
+
+P2P_ORDER_WORKER = textwrap.dedent('''
+    import sys, datetime
+    import torch, torch.distributed as dist
+    import torch_tpu
+    from torch_tpu import _C
+
+    rank, port = int(sys.argv[1]), int(sys.argv[2])
+    store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group("tpu_dist", store=dist.PrefixStore("pg", store), rank=rank, world_size=2)
+    # The group as a plugin with collectives across processes would have it (the CPU plugin has
+    # none: only empty transfers, which run no program, and mismatches, which raise before one).
+    _C._register_cross_process_group(dist.group.WORLD.group_name, [0, 1], store, rank, 120.0)
+    peer = 1 - rank
+    before = torch_tpu.metrics()["collective_agreements"]
+    # Both sides post their send, then their recv, before either waits (an exchange): run in
+    # posting order, rank 0 would start with 0 -> 1 and rank 1 with 1 -> 0. The waits run them
+    # in the order both processes share instead.
+    ops = [dist.P2POp(dist.isend, torch.empty(0, device="tpu"), peer),
+           dist.P2POp(dist.irecv, torch.empty(0, device="tpu"), peer)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    assert torch_tpu.metrics()["collective_agreements"] - before == 2
+    assert torch_tpu.metrics()["collectives_via_host"] == 0
+    try:
+        if rank == 0:
+            dist.send(torch.ones(6, device="tpu"), 1)
+        else:
+            dist.recv(torch.empty(4, device="tpu"), 0)
+        raise SystemExit("a send of 6 elements met a recv of 4")
+    except RuntimeError as e:
+        assert "diverged at transfer #2 between ranks 0, 1" in str(e), e
+        assert "send f32[6] from rank 0 to rank 1" in str(e) and "send f32[4] from rank 0 to rank 1" in str(e), e
+    _C._forget_cross_process_group(dist.group.WORLD.group_name)
+    dist.destroy_process_group()
+    print("rank %d OK" % rank, flush=True)
+''')
+
+
+def _two_processes(tmp_path, worker):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "worker.py"
+    script.write_text(worker)
+    env = dict(os.environ, TORCH_TPU_QUIET="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"rank {r} OK" in out, out[-2000:] + err[-4000:]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+def test_send_recv_across_processes_run_in_one_shared_order_and_check_sizes(tmp_path):
+    _two_processes(tmp_path, P2P_ORDER_WORKER)

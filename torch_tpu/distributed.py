@@ -8,7 +8,7 @@ ones: DDP, DTensor, tensor parallelism and FSDP work across processes, one tpu d
 device). The backend name "tpu_dist" (what Transformers asks for on tpu) is Gloo for both cpu
 and tpu tensors; those host round trips are counted in
 `torch_tpu.metrics()["collectives_via_host"]`. Where the plugin's client spans the processes
-(libtpu, the CUDA plugin), a "tpu_dist" group's collectives but send/recv run on the devices
+(libtpu, the CUDA plugin), a "tpu_dist" group's collectives and send/recv run on the devices
 instead, each rank running its part of one program, after the ranks agree on each collective
 through the group's store (_register_across_processes).
 

@@ -23,7 +23,7 @@ struct Agreement {
   int size = 1;
   std::chrono::milliseconds timeout{0};
   bool check_each = true;
-  int64_t next = 0;    // the number of this rank's next collective
+  std::map<std::string, int64_t> next;  // by channel: the number of this rank's next exchange there
   std::string broken;  // the divergence that ended the group's collectives
   std::mutex mu;       // one exchange at a time per group (the store's keys are per number)
 };
@@ -35,8 +35,8 @@ std::map<std::string, std::shared_ptr<Agreement>> registry;
 // rank's post of n + 1, so every rank has finished reading n and the slot is free. Posts carry
 // their number, so a stale one (n - 2) reads as "not yet". Two keys per rank, overwritten, never
 // deleted: the store does not grow with the number of collectives.
-std::string Key(const Agreement& a, int64_t n, int rank) {
-  return "torch_tpu/agree/" + a.name + "/" + std::to_string(n % 2) + "/" + std::to_string(rank);
+std::string Key(const Agreement& a, const std::string& channel, int64_t n, int rank) {
+  return "torch_tpu/agree/" + a.name + "/" + channel + "/" + std::to_string(n % 2) + "/" + std::to_string(rank);
 }
 
 struct Post {
@@ -92,7 +92,8 @@ void ForgetAgreement(const std::string& name) {
 }
 
 std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
-                                                       const std::vector<int64_t>& host_values, bool only_a_check) {
+                                                       const std::vector<int64_t>& host_values, bool only_a_check,
+                                                       const std::vector<int>& members) {
   std::shared_ptr<Agreement> a;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
@@ -104,14 +105,28 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
   if (only_a_check && !a->check_each) return {};
   std::lock_guard<std::mutex> lock(a->mu);
   TORCH_CHECK(a->broken.empty(), a->broken, " (an earlier collective; the group cannot run collectives any more)");
-  const int64_t n = a->next;
+  std::vector<int> ranks = members;
+  if (ranks.empty())
+    for (int r = 0; r < a->size; ++r) ranks.push_back(r);
+  std::string channel = members.empty() ? "all" : "";
+  for (size_t i = 0; i < members.size(); ++i) channel += (i ? "-" : "") + std::to_string(members[i]);
+  // What the errors call the exchange: the group's collectives are numbered together, a pair's
+  // transfers apart.
+  const auto what = [&](int64_t n) {
+    return members.empty() ? "collective #" + std::to_string(n)
+                           : "transfer #" + std::to_string(n) + " between ranks " + RankList(members);
+  };
+  const int64_t n = a->next[channel];
   std::vector<std::string> keys;
-  for (int r = 0; r < a->size; ++r) keys.push_back(Key(*a, n, r));
+  for (int r : ranks) keys.push_back(Key(*a, channel, n, r));
+  const size_t mine = std::find(ranks.begin(), ranks.end(), a->rank) - ranks.begin();
+  TORCH_CHECK(mine < ranks.size(), "torch.distributed on tpu: rank ", a->rank, " takes part in an exchange of ranks ",
+              RankList(ranks));
 
   // The wait below may be long: the other ranks' threads of this process (and Python's) go on.
   std::optional<pybind11::gil_scoped_release> no_gil;
   if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
-  a->store->set(keys[a->rank], Encode(n, description, host_values));
+  a->store->set(keys[mine], Encode(n, description, host_values));
   // Polls rather than the store's blocking wait: a TCPStore client holds its socket for the
   // whole wait, and the PJRT client may share that store. Every key exists from number 2 on.
   const auto deadline = std::chrono::steady_clock::now() + a->timeout;
@@ -125,19 +140,19 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
       posts.clear();
       missing.clear();
       for (const auto& bytes : a->store->multiGet(keys)) posts.push_back(Decode(bytes));
-      for (int r = 0; r < a->size; ++r)
-        if (posts[r].number != n) missing.push_back(r);
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (posts[i].number != n) missing.push_back(ranks[i]);
       if (missing.empty()) break;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       if (!present) {  // which ones: the keys that exist may still be another number's
         missing.clear();
-        for (int r = 0; r < a->size; ++r)
-          if (!a->store->check({keys[r]}) || Decode(a->store->get(keys[r])).number != n) missing.push_back(r);
+        for (size_t i = 0; i < ranks.size(); ++i)
+          if (!a->store->check({keys[i]}) || Decode(a->store->get(keys[i])).number != n) missing.push_back(ranks[i]);
       }
       std::ostringstream why;
       why << "torch.distributed on tpu: rank(s) " << RankList(missing) << " of group '" << group
-          << "' did not reach collective #" << n << " (rank " << a->rank << " runs " << description << ") within "
+          << "' did not reach " << what(n) << " (rank " << a->rank << " runs " << description << ") within "
           << a->timeout.count() / 1000.0 << " s: every rank must issue the same collectives in the same order";
       a->broken = why.str();
       TORCH_CHECK(false, a->broken);
@@ -145,14 +160,16 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
   }
-  a->next = n + 1;
+  a->next[channel] = n + 1;
   runtime::GetMetrics().collective_agreements++;
-  for (int r = 0; r < a->size; ++r) {
-    if (posts[r].description == description) continue;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (posts[i].description == description) continue;
     std::ostringstream why;
-    why << "torch.distributed on tpu: the ranks of group '" << group << "' diverged at collective #" << n << ": rank "
-        << a->rank << " runs " << description << ", rank " << r << " runs " << posts[r].description
-        << "; every rank must issue the same collectives in the same order (none of them ran)";
+    why << "torch.distributed on tpu: the ranks of group '" << group << "' diverged at " << what(n) << ": rank "
+        << a->rank << " runs " << description << ", rank " << ranks[i] << " runs " << posts[i].description
+        << (members.empty() ? "; every rank must issue the same collectives in the same order"
+                            : "; each send must meet a recv of its size, dtype and tag, in the same order")
+        << " (none of them ran)";
     a->broken = why.str();
     TORCH_CHECK(false, a->broken);
   }

@@ -27,9 +27,11 @@ void ForgetAgreement(const std::string& name);
 // `host_values` in rank order. Raises (c10::Error) when the descriptions differ, when a rank
 // does not post within the group's timeout, and for every collective after a divergence.
 // `only_a_check`: the caller needs nothing from the others; skipped (returns {}) where the group
-// checks only what needs the exchange.
+// checks only what needs the exchange. `members`: the ranks taking part, in order (a send/recv's
+// pair), numbered apart from the group's collectives; empty: every rank.
 std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
                                                        const std::vector<int64_t>& host_values = {},
-                                                       bool only_a_check = false);
+                                                       bool only_a_check = false,
+                                                       const std::vector<int>& members = {});
 
 }  // namespace tpu::aten

@@ -1,8 +1,8 @@
 // torch.distributed collectives on tpu tensors. Among ranks that are threads of this process
 // (one device each), they run on the devices (device_collectives.h), all but recv from any
 // source and monitored_barrier. Among processes whose plugin client spans them (a "tpu_dist"
-// group registered across processes), they run on the devices too, all but send/recv and the
-// barrier.
+// group registered across processes), they run on the devices too, all but the barrier (c10d
+// gives it a CPU tensor).
 // Otherwise each runs on host copies through the process group's CPU backend (gloo) and
 // writes the results back into the tpu tensors: any PJRT plugin, any number of processes,
 // with PyTorch's own group and store machinery, at the price of the host round trip (counted
@@ -371,14 +371,14 @@ void MonitoredBarrier(at::Tensor, const Group& group, const std::vector<int64_t>
 }
 
 WorkPtr Send(const at::TensorList tensors, const Group& group, int64_t dst, int64_t tag) {
-  if (InProcess(*group)) return DeviceSend(*group, tensors.vec(), dst, tag);
+  if (OnDevices(*group)) return DeviceSend(*group, tensors.vec(), dst, tag);
   TensorVec host = ToHost(tensors.vec());
   Host(group)->send(host, static_cast<int>(dst), static_cast<int>(tag))->wait();
   return Done();
 }
 
 WorkPtr Recv(const at::TensorList tensors, const Group& group, int64_t src, int64_t tag) {
-  if (InProcess(*group)) return DeviceRecv(*group, tensors.vec(), src, tag);
+  if (OnDevices(*group)) return DeviceRecv(*group, tensors.vec(), src, tag);
   TensorVec ts = tensors.vec(), host = HostLike(ts);
   WorkPtr w = Host(group)->recv(host, static_cast<int>(src), static_cast<int>(tag));
   w->wait();

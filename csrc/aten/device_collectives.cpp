@@ -129,6 +129,7 @@ namespace {
 pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const CollectiveSpec& spec,
                                    const at::Tensor& input, const std::vector<int64_t>& device_ids) {
   const std::string description = spec.Describe();
+  RunPendingTransfers(group.getGroupName());
   // Before anything that only some ranks might do: a rank whose collective differs must not
   // leave the others waiting in the plugin.
   AgreeAcrossProcesses(group.getGroupName(), description, {}, /*only_a_check=*/true);
@@ -209,7 +210,10 @@ std::vector<std::vector<int64_t>> ShareSplits(const c10d::ProcessGroup& group, c
   mine.insert(mine.end(), out_splits.begin(), out_splits.end());
   mine.push_back(row);
   const std::string description = "all_to_all (split sizes) over " + std::to_string(group.getSize()) + " ranks";
-  if (!InProcess(group)) return AgreeAcrossProcesses(group.getGroupName(), description, mine);
+  if (!InProcess(group)) {
+    RunPendingTransfers(group.getGroupName());
+    return AgreeAcrossProcesses(group.getGroupName(), description, mine);
+  }
   runtime::CollectiveArrival a;
   a.group = group.getGroupName();
   a.rank = group.getRank();
@@ -272,6 +276,7 @@ void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_
 
 void ForgetCrossProcessGroup(const std::string& name) {
   ForgetAgreement(name);
+  ForgetPendingTransfers(name);
   std::lock_guard<std::mutex> lock(timeouts_mu);
   cross_process_devices.erase(name);
 }
@@ -313,6 +318,14 @@ std::string CheckAcrossProcesses(const std::string& name, int rank, int device) 
       return "rank " + std::to_string(r) + " read " + std::to_string(results[r][0]) + ", not " +
              std::to_string(int64_t{n} * (n + 1) / 2) + (r == rank && !failure.empty() ? ": " + failure : std::string());
   return "";
+}
+
+std::vector<int64_t> CrossProcessDevices(const std::string& group) {
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  auto it = cross_process_devices.find(group);
+  TORCH_CHECK(it != cross_process_devices.end(), "torch.distributed on tpu: group '", group,
+              "' has no devices across processes");
+  return it->second;
 }
 
 bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group) {

@@ -31,9 +31,8 @@ bool InProcess(const c10d::ProcessGroup& group);
 // (global PJRT ids, in group rank order); the plugin's client, set up across the processes,
 // carries the data between them. The ranks agree on each collective through `store` first
 // (collective_agreement.h; `check_each` false: only where they need each other's values).
-// All collectives but send/recv and the barrier, which stay on the group's CPU backend (a batch
-// of isend/irecv posted by both sides before either waits would need one program for the whole
-// batch; c10d runs this group's barrier on a CPU tensor).
+// All collectives and send/recv, but the barrier, which c10d runs on a CPU tensor (the group's
+// CPU backend's).
 void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
                                c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
                                bool check_each = true);
@@ -95,10 +94,17 @@ void DeviceAlltoall(const c10d::ProcessGroup& group, const TensorVec& outputs, c
                     std::chrono::milliseconds timeout);
 // send/recv (and isend/irecv, batch_isend_irecv), in device_p2p.cpp: posted at once, the
 // work's wait() waits for the partner rank and, on the recv side, writes the received value.
+// Across processes a wait runs the pending transfers in an order all processes share.
 c10::intrusive_ptr<c10d::Work> DeviceSend(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t dst,
                                           int64_t tag);
 c10::intrusive_ptr<c10d::Work> DeviceRecv(const c10d::ProcessGroup& group, const TensorVec& tensors, int64_t src,
                                           int64_t tag);
+// A group across processes: its pending send/recv run (before a collective, as a device
+// stream would order them), or are dropped with the group.
+void RunPendingTransfers(const std::string& group);
+void ForgetPendingTransfers(const std::string& group);
+// The global device ids of a group registered across processes, in rank order.
+std::vector<int64_t> CrossProcessDevices(const std::string& group);
 // Shared with device_p2p.cpp. The group's timeout in seconds (for a call that sets none:
 // c10d passes "unset").
 double GroupTimeout(const std::string& group);

@@ -131,7 +131,8 @@ PYBIND11_MODULE(_C, m) {
   // What every collective of a group across processes does first; called directly by the tests,
   // which have no plugin with collectives across processes.
   m.def("_agree_across_processes", &aten::AgreeAcrossProcesses, py::arg("group"), py::arg("description"),
-        py::arg("host_values") = std::vector<int64_t>{}, py::arg("only_a_check") = false);
+        py::arg("host_values") = std::vector<int64_t>{}, py::arg("only_a_check") = false,
+        py::arg("members") = std::vector<int>{});
   m.def("_global_device_id", [](int index) { return runtime::Runtime::Get().client().device_id(index); });
   m.def("_global_device_count", [] { return runtime::Runtime::Get().client().global_device_count(); });
   m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());
