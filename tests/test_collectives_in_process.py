@@ -248,6 +248,58 @@ def test_cross_process_opt_in_runs_one_program_collectives_on_the_device(monkeyp
         dist.destroy_process_group()
 
 
+def test_a_compiled_graph_across_processes_holds_its_collectives(monkeypatch):
+    # A group of processes on the devices: a torch.compile graph with functional collectives is
+    # one program compiled for the group's devices, each process running its replica after the
+    # ranks agree on it (one process here, on the CPU plugin).
+    import torch.distributed._functional_collectives as funcol
+
+    monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "1")
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        group = dist.group.WORLD
+
+        def step(x, w):
+            h = funcol.all_reduce(x @ w, "sum", group)
+            return torch.relu(funcol.all_gather_tensor(h, 0, group)) * 2
+
+        torch._dynamo.reset()
+        x, w = torch.randn(4, 8), torch.randn(8, 6)
+        before = torch_tpu.metrics()
+        got = torch.compile(step, backend="tpu")(x.to("tpu"), w.to("tpu")).cpu()
+        after = torch_tpu.metrics()
+        delta = {k: after[k] - before[k] for k in ("replicated_graph_runs", "collectives_in_graphs",
+                                                   "collectives_on_device", "collectives_via_host",
+                                                   "collective_agreements")}
+        assert delta == {"replicated_graph_runs": 1, "collectives_in_graphs": 2, "collectives_on_device": 0,
+                         "collectives_via_host": 0, "collective_agreements": 1}, delta
+        torch.testing.assert_close(got, torch.relu(x @ w) * 2)
+    finally:
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+
+
+def test_a_compiled_graph_with_collectives_of_a_gloo_group_runs_them_eagerly(monkeypatch):
+    # A group whose collectives run on the host: the graph's collective runs on its own, through
+    # Gloo, and the rest of the graph in programs (the backend used to fail on such a group).
+    import torch.distributed._functional_collectives as funcol
+
+    monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "0")
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        group = dist.group.WORLD
+        torch._dynamo.reset()
+        x = torch.randn(4, 8)
+        got, delta = metrics_delta(
+            lambda: torch.compile(lambda t: funcol.all_reduce(t * 2, "sum", group) + 1, backend="tpu")(
+                x.to("tpu")).cpu())
+        assert delta["collectives_via_host"] == 1 and delta["collectives_in_graphs"] == 0, delta
+        torch.testing.assert_close(got, x * 2 + 1)
+    finally:
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+
+
 def test_a_new_group_of_the_same_name_forgets_the_devices_of_the_last(monkeypatch):
     # The default group's name comes back after destroy_process_group: a Gloo group made then
     # must not run on the devices of the one before.

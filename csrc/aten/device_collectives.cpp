@@ -270,11 +270,17 @@ void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_
                                c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
                                bool check_each) {
   RegisterAgreement(name, std::move(store), rank, static_cast<int>(device_ids.size()), timeout, check_each);
+  // A compiled graph holding this group's collectives: one program, each process its replica.
+  runtime::RegisterCrossProcessReplicas(name, {device_ids, [name](const std::string& description) {
+    RunPendingTransfers(name);
+    AgreeAcrossProcesses(name, description, {}, /*only_a_check=*/true);
+  }});
   std::lock_guard<std::mutex> lock(timeouts_mu);
   cross_process_devices[name] = device_ids;
 }
 
 void ForgetCrossProcessGroup(const std::string& name) {
+  runtime::ForgetCrossProcessReplicas(name);
   ForgetAgreement(name);
   ForgetPendingTransfers(name);
   std::lock_guard<std::mutex> lock(timeouts_mu);

@@ -12,6 +12,7 @@
 #include "precision.h"
 #include "../lowering/lowering.h"
 #include "../runtime/background_compile.h"
+#include "../runtime/collective_rendezvous.h"
 #include "../runtime/disk_cache.h"
 #include "../runtime/metrics.h"
 #include "../runtime/tpu_target.h"
@@ -127,6 +128,7 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("name"), py::arg("device_ids"), py::arg("store"), py::arg("rank"), py::arg("timeout_s"),
      py::arg("check_each") = true);
   m.def("_forget_cross_process_group", &aten::ForgetCrossProcessGroup);
+  m.def("_runs_across_processes", &runtime::RunsAcrossProcesses);
   m.def("_check_cross_process_group", &aten::CheckAcrossProcesses);
   // What every collective of a group across processes does first; called directly by the tests,
   // which have no plugin with collectives across processes.

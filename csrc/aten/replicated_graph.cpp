@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
 #include "device_collectives.h"
+#include "../runtime/collective_rendezvous.h"
 
 namespace py = pybind11;
 
@@ -30,6 +33,15 @@ void ReplicatedGraph::Declare(runtime::Program& program, const std::string& modu
 }
 
 void ReplicatedGraph::Join(runtime::Request& request, const std::string& graph) const {
+  if (runtime::RunsAcrossProcesses(span_)) {  // processes: this one runs its rank's replica
+    c10::intrusive_ptr<c10d::ProcessGroup> group = c10d::resolve_process_group(span_);
+    TORCH_CHECK(group->getSize() == replication_.replicas && replication_.groups.size() < 2, "tpu: torch.compile: graph ",
+                graph, " was compiled for a group of ", replication_.replicas, " ranks; group '", span_, "' has ",
+                group->getSize());
+    request.rank = static_cast<int>(group->getRank());
+    request.member_groups.clear();
+    return;
+  }
   InProcessMember span = MemberOf(span_);
   TORCH_CHECK(span.size == replication_.replicas, "tpu: torch.compile: graph ", graph, " was compiled for a group of ",
               replication_.replicas, " ranks; group '", span_, "' has ", span.size);

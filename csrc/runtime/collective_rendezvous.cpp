@@ -44,6 +44,15 @@ std::map<std::string, Group> groups;
 std::mutex exe_mu;
 std::map<std::string, pjrt::ExecutablePtr> executables;  // by device ids + module text
 
+std::mutex cross_mu;
+std::map<std::string, std::shared_ptr<const CrossProcessReplicas>> cross_groups;
+
+std::shared_ptr<const CrossProcessReplicas> CrossGroup(const std::string& group) {
+  std::lock_guard<std::mutex> lock(cross_mu);
+  auto it = cross_groups.find(group);
+  return it == cross_groups.end() ? nullptr : it->second;
+}
+
 std::string Name(const CollectiveArrival& a, int64_t k) {
   return "collective #" + std::to_string(k) + " of group '" + a.group + "'";
 }
@@ -288,7 +297,59 @@ pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival) {
   return results.empty() ? nullptr : results.at(0);
 }
 
+void RegisterCrossProcessReplicas(const std::string& group, CrossProcessReplicas replicas) {
+  std::lock_guard<std::mutex> lock(cross_mu);
+  cross_groups[group] = std::make_shared<const CrossProcessReplicas>(std::move(replicas));
+}
+
+void ForgetCrossProcessReplicas(const std::string& group) {
+  std::lock_guard<std::mutex> lock(cross_mu);
+  cross_groups.erase(group);
+}
+
+bool RunsAcrossProcesses(const std::string& group) { return CrossGroup(group) != nullptr; }
+
+namespace {
+
+std::vector<pjrt::BufferPtr> RunThisProcessReplica(const CollectiveArrival& arrival,
+                                                   const CrossProcessReplicas& cross) {
+  if (static_cast<int>(cross.device_ids.size()) != arrival.group_size)
+    throw std::runtime_error("torch.distributed on tpu: group '" + arrival.group + "' spans " +
+                             std::to_string(cross.device_ids.size()) + " processes, a program was built for " +
+                             std::to_string(arrival.group_size));
+  // Ranks whose programs differ in anything would wait for each other forever: the text's hash
+  // is part of what they agree on.
+  std::ostringstream what;
+  what << arrival.description;
+  if (!arrival.module_text.empty()) what << " (program " << std::hex << std::hash<std::string>{}(arrival.module_text) << ")";
+  cross.agree(what.str());
+  if (arrival.module_text.empty()) return {};
+  pjrt::ExecutablePtr exe = CollectiveExecutable(arrival.module_text, cross.device_ids, arrival.description);
+  std::vector<PJRT_Buffer*> args;
+  for (const pjrt::BufferPtr& b : arrival.operands) args.push_back(b->raw());
+  std::vector<pjrt::BufferPtr> results;
+  try {
+    results = exe->ExecuteReplicated({args}).at(0);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("torch.distributed on tpu: " + arrival.description + " on rank " +
+                             std::to_string(arrival.rank) + " of group '" + arrival.group +
+                             "' across processes failed: " + e.what());
+  }
+  CountTpuTargetRun(exe.get());
+  GetMetrics().executions++;
+  if (arrival.compiled_graph) {
+    GetMetrics().replicated_graph_runs++;
+    GetMetrics().collectives_in_graphs += arrival.collectives;
+  } else {
+    GetMetrics().collectives_on_device++;
+  }
+  return results;
+}
+
+}  // namespace
+
 std::vector<pjrt::BufferPtr> RunReplicated(const CollectiveArrival& arrival) {
+  if (auto cross = CrossGroup(arrival.group)) return RunThisProcessReplica(arrival, *cross);
   std::shared_ptr<Slot> slot = Meet(arrival);
   if (!slot->error.empty()) throw std::runtime_error(slot->error);
   return slot->results.empty() ? std::vector<pjrt::BufferPtr>{} : slot->results[arrival.rank];

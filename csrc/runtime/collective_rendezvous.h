@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,21 @@ struct CollectiveArrival {
   std::vector<std::vector<int>> member_groups;
 };
 
+// A group whose ranks are processes, one device each in this process (a plugin client that spans
+// them): a replicated program is compiled for the group's global device ids and this process
+// runs its own replica. `agree` runs first with the program's description, and raises when
+// another rank's differs (the store exchange of csrc/aten/collective_agreement.h).
+struct CrossProcessReplicas {
+  std::vector<int64_t> device_ids;  // PJRT global ids, in group rank order
+  std::function<void(const std::string& description)> agree;
+};
+void RegisterCrossProcessReplicas(const std::string& group, CrossProcessReplicas replicas);
+void ForgetCrossProcessReplicas(const std::string& group);
+bool RunsAcrossProcesses(const std::string& group);
+
 // Blocks until every rank of the group has arrived at its next collective, then returns this
-// rank's result (null for a barrier). Throws std::runtime_error on divergence or timeout.
+// rank's result (null for a barrier). For a group across processes: agrees, then runs this
+// process's replica. Throws std::runtime_error on divergence or timeout.
 pjrt::BufferPtr RunCollective(const CollectiveArrival& arrival);
 // The same for a program of any number of operands and results: this rank's results.
 std::vector<pjrt::BufferPtr> RunReplicated(const CollectiveArrival& arrival);

@@ -130,9 +130,16 @@ _COLLECTIVE_GROUP_ARG = {
 }
 
 
+def _backend_name(group):
+    """An in-process group's own name for its backend, else c10d's (ProcessGroup.name())."""
+    return group.getBackendName() if hasattr(group, "getBackendName") else group.name()
+
+
 def _collective_group(node, op):
-    """(group name, size) of a functional collective node's in-process group. Collectives of
-    other groups (Gloo across processes) and other functional collectives run eagerly."""
+    """(group name, size) of a functional collective node's group: an in-process one, or one of
+    processes whose collectives run on the devices (its program then compiles for the group's
+    devices and each process runs its replica). Collectives of other groups (Gloo) and other
+    functional collectives run eagerly."""
     if op not in _COLLECTIVE_GROUP_ARG:
         raise _Unsupported(f"{op} is not lowered into programs (all_reduce, all_gather_into_tensor and "
                            "reduce_scatter_tensor are)")
@@ -142,9 +149,9 @@ def _collective_group(node, op):
     from ..distributed import IN_PROCESS_BACKEND
 
     group = torch.distributed.distributed_c10d._resolve_process_group(name)
-    if group.getBackendName() != IN_PROCESS_BACKEND:
-        raise _Unsupported(f"a collective of a {group.getBackendName()} group (only in-process groups' run "
-                           "inside programs)")
+    if _backend_name(group) != IN_PROCESS_BACKEND and not _C._runs_across_processes(name):
+        raise _Unsupported(f"a collective of a {_backend_name(group)} group whose collectives run on the host "
+                           "(only in-process groups' and those of processes on the devices run inside programs)")
     return (name, group.size())
 
 
@@ -155,8 +162,8 @@ def _world_span():
     from ..distributed import IN_PROCESS_BACKEND
 
     world = torch.distributed.distributed_c10d._get_default_group()
-    if world.getBackendName() != IN_PROCESS_BACKEND:
-        raise _Unsupported(f"collectives of several groups in a world of a {world.getBackendName()} group")
+    if _backend_name(world) != IN_PROCESS_BACKEND:  # across processes: one group per program, for now
+        raise _Unsupported(f"collectives of several groups in a world of a {_backend_name(world)} group")
     return (world.group_name, world.size())
 
 
