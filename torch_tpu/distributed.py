@@ -125,7 +125,9 @@ def _register_across_processes(opts):
     first collective checks the whole path; if any rank fails it, every rank keeps Gloo, warned.
     Not run on a TPU or across GPUs yet: TORCH_TPU_CROSS_PROCESS_COLLECTIVES=0 keeps Gloo."""
     _C._forget_cross_process_group(opts.group_id)  # a new group may reuse a destroyed one's name
-    wanted = wants_device_collectives(_C._platform(), opts.group_size)
+    # The platform starts the device runtime: not for a group that asked for Gloo.
+    off = os.environ.get(CROSS_PROCESS_VARIABLE) == "0"
+    wanted = not off and wants_device_collectives(_C._platform(), opts.group_size)
     mine = -1
     if wanted and opts.group_size > 1 and _C._global_device_count() <= torch.tpu.device_count():
         # Each process's client sees only its own devices (not started by a launcher, so the
