@@ -279,6 +279,34 @@ def test_a_compiled_graph_across_processes_holds_its_collectives(monkeypatch):
         torch._dynamo.reset()
 
 
+def test_a_compiled_graph_across_processes_holds_collectives_of_two_groups(monkeypatch):
+    # A 2-D mesh's "dp" and "tp" groups: one program over the world, whose replica groups every
+    # process fills from the groups all ranks post with the agreement.
+    import torch.distributed._functional_collectives as funcol
+
+    monkeypatch.setenv("TORCH_TPU_CROSS_PROCESS_COLLECTIVES", "1")
+    dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        dp, tp = dist.new_group([0]), dist.new_group([0])
+
+        def step(x):
+            return funcol.all_reduce(funcol.all_reduce(x * 2, "sum", tp) + 1, "avg", dp)
+
+        torch._dynamo.reset()
+        x = torch.randn(4, 8)
+        before = torch_tpu.metrics()
+        got = torch.compile(step, backend="tpu")(x.to("tpu")).cpu()
+        after = torch_tpu.metrics()
+        delta = {k: after[k] - before[k] for k in ("replicated_graph_runs", "collectives_in_graphs",
+                                                   "collectives_on_device", "collectives_via_host")}
+        assert delta == {"replicated_graph_runs": 1, "collectives_in_graphs": 2, "collectives_on_device": 0,
+                         "collectives_via_host": 0}, delta
+        torch.testing.assert_close(got, x * 2 + 1)
+    finally:
+        dist.destroy_process_group()
+        torch._dynamo.reset()
+
+
 def test_a_compiled_graph_with_collectives_of_a_gloo_group_runs_them_eagerly(monkeypatch):
     # A group whose collectives run on the host: the graph's collective runs on its own, through
     # Gloo, and the rest of the graph in programs (the backend used to fail on such a group).

@@ -157,7 +157,7 @@ def _register_across_processes(opts):
             warnings.warn(f"torch_tpu: group '{opts.group_id}' runs its collectives through Gloo: {why_not}")
         return
     _C._register_cross_process_group(opts.group_id, ids, opts.store, opts.group_rank, opts.timeout.total_seconds(),
-                                     check_each)
+                                     check_each, list(getattr(opts, "global_ranks_in_group", None) or []))
     failure = _C._check_cross_process_group(opts.group_id, opts.group_rank, device)
     if failure:
         _C._forget_cross_process_group(opts.group_id)

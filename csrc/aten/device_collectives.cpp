@@ -35,6 +35,7 @@ std::mutex timeouts_mu;
 std::map<std::string, double> group_timeouts;  // seconds, by group name: the group's own timeout
 std::map<std::string, std::vector<int>> group_world_ranks;  // by group name (empty: the world itself)
 std::map<std::string, std::vector<int64_t>> cross_process_devices;  // by group name: global device ids
+std::map<std::string, std::vector<int>> cross_process_world_ranks;   // by group name: its ranks' world ranks
 
 }  // namespace
 
@@ -268,15 +269,25 @@ bool InProcess(const c10d::ProcessGroup& group) { return group.getBackendName() 
 
 void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
                                c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
-                               bool check_each) {
+                               bool check_each, const std::vector<int>& world_ranks) {
   RegisterAgreement(name, std::move(store), rank, static_cast<int>(device_ids.size()), timeout, check_each);
   // A compiled graph holding this group's collectives: one program, each process its replica.
-  runtime::RegisterCrossProcessReplicas(name, {device_ids, [name](const std::string& description) {
-    RunPendingTransfers(name);
-    AgreeAcrossProcesses(name, description, {}, /*only_a_check=*/true);
-  }});
+  runtime::RegisterCrossProcessReplicas(
+      name, {device_ids, [name](const std::string& description, const std::vector<int64_t>& values) {
+               RunPendingTransfers(name);
+               return AgreeAcrossProcesses(name, description, values, /*only_a_check=*/values.empty());
+             }});
   std::lock_guard<std::mutex> lock(timeouts_mu);
   cross_process_devices[name] = device_ids;
+  cross_process_world_ranks[name] = world_ranks;
+}
+
+std::vector<int> CrossProcessWorldRanks(const std::string& name) {
+  std::lock_guard<std::mutex> lock(timeouts_mu);
+  auto it = cross_process_world_ranks.find(name);
+  TORCH_CHECK(it != cross_process_world_ranks.end(), "torch.distributed on tpu: group '", name,
+              "' has no devices across processes");
+  return it->second;
 }
 
 void ForgetCrossProcessGroup(const std::string& name) {
@@ -285,6 +296,7 @@ void ForgetCrossProcessGroup(const std::string& name) {
   ForgetPendingTransfers(name);
   std::lock_guard<std::mutex> lock(timeouts_mu);
   cross_process_devices.erase(name);
+  cross_process_world_ranks.erase(name);
 }
 
 std::string CheckAcrossProcesses(const std::string& name, int rank, int device) {

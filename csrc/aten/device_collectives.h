@@ -35,7 +35,9 @@ bool InProcess(const c10d::ProcessGroup& group);
 // CPU backend's).
 void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
                                c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
-                               bool check_each = true);
+                               bool check_each, const std::vector<int>& world_ranks);
+// Its ranks' ranks in the world, in its rank order.
+std::vector<int> CrossProcessWorldRanks(const std::string& name);
 void ForgetCrossProcessGroup(const std::string& name);
 bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group);
 // Runs a registered group's first collective, an all_reduce of rank + 1 on `device`: "" when

@@ -122,11 +122,15 @@ PYBIND11_MODULE(_C, m) {
   aten::RegisterJobStoreBindings(m);
   m.def("_register_in_process_group", &aten::RegisterInProcessGroup);
   m.def("_register_cross_process_group", [](const std::string& name, const std::vector<int64_t>& device_ids,
-                                             const py::object& store, int rank, double timeout_s, bool check_each) {
+                                             const py::object& store, int rank, double timeout_s, bool check_each,
+                                             std::vector<int> world_ranks) {
+    if (world_ranks.empty())  // the world itself
+      for (size_t r = 0; r < device_ids.size(); ++r) world_ranks.push_back(static_cast<int>(r));
     aten::RegisterCrossProcessGroup(name, device_ids, py::cast<c10::intrusive_ptr<c10d::Store>>(store), rank,
-                                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), check_each);
+                                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), check_each,
+                                    world_ranks);
   }, py::arg("name"), py::arg("device_ids"), py::arg("store"), py::arg("rank"), py::arg("timeout_s"),
-     py::arg("check_each") = true);
+     py::arg("check_each") = true, py::arg("world_ranks") = std::vector<int>{});
   m.def("_forget_cross_process_group", &aten::ForgetCrossProcessGroup);
   m.def("_runs_across_processes", &runtime::RunsAcrossProcesses);
   m.def("_check_cross_process_group", &aten::CheckAcrossProcesses);

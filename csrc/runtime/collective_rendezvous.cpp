@@ -63,21 +63,30 @@ std::string Listed(const std::vector<int>& replicas) {
   return "[" + text + "]";
 }
 
+// By rank, by collective group the program marks: the replicas of the rank's own group.
+using GroupsByRank = std::vector<std::vector<std::vector<int>>>;
+
+GroupsByRank GroupsOf(const Slot& slot) {
+  GroupsByRank groups;
+  for (const auto& a : slot.arrivals) groups.push_back(a->member_groups);
+  return groups;
+}
+
 // Empty when, for each collective group the program marks, every rank's own group holds it and
 // the groups of any two ranks are the same or disjoint: together a partition of the replicas.
-std::string GroupsMismatch(const Slot& slot, int64_t k) {
-  const CollectiveArrival& first = *slot.arrivals[0];
-  const int n = static_cast<int>(slot.arrivals.size());
+// `where` names the collective in the error.
+std::string GroupsMismatch(const GroupsByRank& groups, const std::string& where) {
+  const int n = static_cast<int>(groups.size());
   auto diverged = [&](const std::string& what) {
-    return "torch.distributed on tpu: ranks diverged at " + Name(first, k) + ": " + what;
+    return "torch.distributed on tpu: ranks diverged at " + where + ": " + what;
   };
   for (int r = 1; r < n; ++r)
-    if (slot.arrivals[r]->member_groups.size() != first.member_groups.size())
+    if (groups[r].size() != groups[0].size())
       return diverged("rank 0 and rank " + std::to_string(r) + " run programs of different collective groups");
-  for (size_t g = 0; g < first.member_groups.size(); ++g) {
+  for (size_t g = 0; g < groups[0].size(); ++g) {
     std::vector<int> lister(n, -1);  // by replica: a rank whose own group holds it
     for (int r = 0; r < n; ++r) {
-      const std::vector<int>& mine = slot.arrivals[r]->member_groups[g];
+      const std::vector<int>& mine = groups[r][g];
       if (std::find(mine.begin(), mine.end(), r) == mine.end())
         return diverged("rank " + std::to_string(r) + " is not in its own group " + Listed(mine) +
                         " of collective group " + std::to_string(g));
@@ -85,10 +94,10 @@ std::string GroupsMismatch(const Slot& slot, int64_t k) {
         if (x < 0 || x >= n)
           return diverged("rank " + std::to_string(r) + "'s group " + Listed(mine) + " holds a replica outside 0.." +
                           std::to_string(n - 1));
-        if (lister[x] >= 0 && slot.arrivals[lister[x]]->member_groups[g] != mine)
-          return diverged("the groups " + Listed(slot.arrivals[lister[x]]->member_groups[g]) + " of rank " +
-                          std::to_string(lister[x]) + " and " + Listed(mine) + " of rank " + std::to_string(r) +
-                          " overlap (collective group " + std::to_string(g) + ")");
+        if (lister[x] >= 0 && groups[lister[x]][g] != mine)
+          return diverged("the groups " + Listed(groups[lister[x]][g]) + " of rank " + std::to_string(lister[x]) +
+                          " and " + Listed(mine) + " of rank " + std::to_string(r) + " overlap (collective group " +
+                          std::to_string(g) + ")");
         lister[x] = r;
       }
     }
@@ -98,11 +107,11 @@ std::string GroupsMismatch(const Slot& slot, int64_t k) {
 
 // The replica groups of each marked collective group: the ranks' own groups, each once, in
 // order of their first replica (GroupsMismatch found them a partition).
-std::vector<std::vector<std::vector<int>>> Partitions(const Slot& slot) {
-  std::vector<std::vector<std::vector<int>>> partitions(slot.arrivals[0]->member_groups.size());
+std::vector<std::vector<std::vector<int>>> Partitions(const GroupsByRank& groups) {
+  std::vector<std::vector<std::vector<int>>> partitions(groups[0].size());
   for (size_t g = 0; g < partitions.size(); ++g) {
-    for (const auto& a : slot.arrivals) {
-      const std::vector<int>& mine = a->member_groups[g];
+    for (const auto& of_rank : groups) {
+      const std::vector<int>& mine = of_rank[g];
       if (std::find(partitions[g].begin(), partitions[g].end(), mine) == partitions[g].end())
         partitions[g].push_back(mine);
     }
@@ -138,7 +147,7 @@ std::string Mismatch(const Slot& slot, int64_t k) {
              std::to_string(r) + " run different programs for " + first.description +
              " (their graphs or inputs differ)";
   if (first.module_text.empty()) return "";  // a barrier runs nothing on the devices
-  if (std::string groups = GroupsMismatch(slot, k); !groups.empty()) return groups;
+  if (std::string groups = GroupsMismatch(GroupsOf(slot), Name(first, k)); !groups.empty()) return groups;
   std::set<int> devices;
   for (const auto& a : slot.arrivals)
     if (!devices.insert(a->device).second)
@@ -174,7 +183,7 @@ std::vector<std::vector<pjrt::BufferPtr>> Run(const Slot& slot) {
   }
   const std::string& text = same_shapes ? first.module_text : FlatText(first);
   std::string module_text =
-      first.member_groups.empty() ? text : lowering::FillReplicaGroups(text, Partitions(slot));
+      first.member_groups.empty() ? text : lowering::FillReplicaGroups(text, Partitions(GroupsOf(slot)));
   pjrt::ExecutablePtr exe = CollectiveExecutable(module_text, ids, first.description);
   std::vector<std::vector<pjrt::BufferPtr>> outputs = exe->ExecuteReplicated(args);
   CountTpuTargetRun(exe.get());
@@ -322,9 +331,34 @@ std::vector<pjrt::BufferPtr> RunThisProcessReplica(const CollectiveArrival& arri
   std::ostringstream what;
   what << arrival.description;
   if (!arrival.module_text.empty()) what << " (program " << std::hex << std::hash<std::string>{}(arrival.module_text) << ")";
-  cross.agree(what.str());
+  // A program holding collectives of several groups: every rank's own groups fill its markers.
+  std::vector<int64_t> mine;
+  if (!arrival.member_groups.empty()) {
+    mine.push_back(static_cast<int64_t>(arrival.member_groups.size()));
+    for (const std::vector<int>& g : arrival.member_groups) {
+      mine.push_back(static_cast<int64_t>(g.size()));
+      mine.insert(mine.end(), g.begin(), g.end());
+    }
+  }
+  std::vector<std::vector<int64_t>> everyone = cross.agree(what.str(), mine);
   if (arrival.module_text.empty()) return {};
-  pjrt::ExecutablePtr exe = CollectiveExecutable(arrival.module_text, cross.device_ids, arrival.description);
+  std::string module_text = arrival.module_text;
+  if (!arrival.member_groups.empty()) {
+    GroupsByRank groups;
+    for (const std::vector<int64_t>& values : everyone) {
+      groups.emplace_back();
+      size_t at = 1;
+      for (int64_t g = 0; !values.empty() && g < values[0]; ++g) {
+        const int64_t len = values.at(at++);
+        groups.back().emplace_back(values.begin() + at, values.begin() + at + len);
+        at += len;
+      }
+    }
+    const std::string where = arrival.description + " of group '" + arrival.group + "'";
+    if (std::string error = GroupsMismatch(groups, where); !error.empty()) throw std::runtime_error(error);
+    module_text = lowering::FillReplicaGroups(module_text, Partitions(groups));
+  }
+  pjrt::ExecutablePtr exe = CollectiveExecutable(module_text, cross.device_ids, arrival.description);
   std::vector<PJRT_Buffer*> args;
   for (const pjrt::BufferPtr& b : arrival.operands) args.push_back(b->raw());
   std::vector<pjrt::BufferPtr> results;

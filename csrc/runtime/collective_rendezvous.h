@@ -40,11 +40,14 @@ struct CollectiveArrival {
 
 // A group whose ranks are processes, one device each in this process (a plugin client that spans
 // them): a replicated program is compiled for the group's global device ids and this process
-// runs its own replica. `agree` runs first with the program's description, and raises when
-// another rank's differs (the store exchange of csrc/aten/collective_agreement.h).
+// runs its own replica. `agree` runs first with the program's description and this rank's
+// host values, raises when another rank's description differs, and returns every rank's
+// values in rank order (the store exchange of csrc/aten/collective_agreement.h; with no values
+// it may be only a check, returning none).
 struct CrossProcessReplicas {
   std::vector<int64_t> device_ids;  // PJRT global ids, in group rank order
-  std::function<void(const std::string& description)> agree;
+  std::function<std::vector<std::vector<int64_t>>(const std::string& description,
+                                                  const std::vector<int64_t>& host_values)> agree;
 };
 void RegisterCrossProcessReplicas(const std::string& group, CrossProcessReplicas replicas);
 void ForgetCrossProcessReplicas(const std::string& group);

@@ -162,7 +162,7 @@ def _world_span():
     from ..distributed import IN_PROCESS_BACKEND
 
     world = torch.distributed.distributed_c10d._get_default_group()
-    if _backend_name(world) != IN_PROCESS_BACKEND:  # across processes: one group per program, for now
+    if _backend_name(world) != IN_PROCESS_BACKEND and not _C._runs_across_processes(world.group_name):
         raise _Unsupported(f"collectives of several groups in a world of a {_backend_name(world)} group")
     return (world.group_name, world.size())
 
