@@ -248,6 +248,36 @@ def test_cross_process_opt_in_runs_one_program_collectives_on_the_device(monkeyp
         dist.destroy_process_group()
 
 
+def test_shaped_buffers_cross_processes_in_their_shape_when_every_rank_has_it(tmp_path):
+    # Across processes no rank sees another's buffer: the shapes travel with the agreement, and
+    # equal ones run the program typed in that shape (no relayout to 1-D on a TPU). Without the
+    # checks there is no exchange, so the 1-D program runs.
+    code = textwrap.dedent("""
+        import os
+        import torch, torch.distributed as dist, torch_tpu
+
+        os.environ["TORCH_TPU_CROSS_PROCESS_COLLECTIVES"] = "1"
+        base = torch.arange(24.0).reshape(4, 6)
+        for checks in ("1", "0"):
+            os.environ["TORCH_TPU_COLLECTIVE_CHECKS"] = checks
+            dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+            t = base.to("tpu")
+            dist.all_reduce(t)
+            g = torch.empty(4, 6, device="tpu")
+            dist.all_gather_into_tensor(g, base.to("tpu") * 2)
+            assert torch.equal(t.cpu(), base) and torch.equal(g.cpu(), base * 2)
+            dist.destroy_process_group()
+        print("ok")
+    """)
+    r = run_python(code, env={"TORCH_TPU_DUMP_DIR": str(tmp_path), "TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    texts = [p.read_text() for p in sorted(tmp_path.glob("*-collective-*.mlir"))]
+    ops = [t for t in texts if '"stablehlo.all_reduce"' in t and "f32" in t or '"stablehlo.all_gather"' in t]
+    shaped = [t for t in ops if "tensor<4x6xf32>" in t]
+    flat = [t for t in ops if "tensor<24xf32>" in t]
+    assert len(shaped) == 2 and len(flat) == 2, [t[-600:] for t in ops]
+
+
 def test_a_compiled_graph_across_processes_holds_its_collectives(monkeypatch):
     # A group of processes on the devices: a torch.compile graph with functional collectives is
     # one program compiled for the group's devices, each process running its replica after the

@@ -91,6 +91,12 @@ void ForgetAgreement(const std::string& name) {
   registry.erase(name);
 }
 
+bool ChecksEachCollective(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = registry.find(name);
+  return it != registry.end() && it->second->check_each;
+}
+
 std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
                                                        const std::vector<int64_t>& host_values, bool only_a_check,
                                                        const std::vector<int>& members) {

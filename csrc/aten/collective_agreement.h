@@ -22,6 +22,8 @@ namespace tpu::aten {
 void RegisterAgreement(const std::string& name, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                        std::chrono::milliseconds timeout, bool check_each = true);
 void ForgetAgreement(const std::string& name);
+// Whether the group checks every collective (else only the exchanges that carry values).
+bool ChecksEachCollective(const std::string& name);
 
 // Blocks until every rank of `group` has posted its next collective; returns every rank's
 // `host_values` in rank order. Raises (c10::Error) when the descriptions differ, when a rank

@@ -124,21 +124,51 @@ void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer) {
 
 namespace {
 
-// This process's part of a collective across processes: the 1-D program (no rank can see
-// another's buffer shape, and every rank must run the same program), compiled for the group's
-// devices and run on this rank's. The plugin's collectives wait for the other processes.
+// This process's part of a collective across processes: one program compiled for the group's
+// devices and run on this rank's. Each rank's operand buffer shape travels with the agreement
+// (when the group checks each collective): equal shapes on every rank run the program typed in
+// that shape (a TPU's tiled 2-D buffer reaches it without a relayout), else every rank runs the
+// 1-D program. The plugin's collectives wait for the other processes.
 pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const CollectiveSpec& spec,
                                    const at::Tensor& input, const std::vector<int64_t>& device_ids) {
+  const std::string name = group.getGroupName();
   const std::string description = spec.Describe();
-  RunPendingTransfers(group.getGroupName());
-  // Before anything that only some ranks might do: a rank whose collective differs must not
-  // leave the others waiting in the plugin.
-  AgreeAcrossProcesses(group.getGroupName(), description, {}, /*only_a_check=*/true);
-  if (spec.numel == 0) return nullptr;
+  RunPendingTransfers(name);
+  const bool exchange_shapes = ChecksEachCollective(name);
+  pjrt::BufferPtr operand;
+  std::exception_ptr failed;  // this rank's operand: the others hear of it at once, not at the timeout
+  std::string failure;
+  if (spec.numel > 0) {
+    try {
+      operand = Operand(input, [&](const std::vector<int64_t>& dims) {
+        return exchange_shapes && runtime::KeepsShape(spec.kind, dims, spec.group_size);
+      });
+    } catch (const std::exception& e) {
+      failed = std::current_exception();
+      failure = e.what();
+    }
+  }
+  const std::vector<int64_t> dims = operand ? operand->dims() : std::vector<int64_t>{};
+  std::vector<std::vector<int64_t>> shapes;
   try {
-    pjrt::BufferPtr operand = Operand(input);
+    // Before anything that only some ranks might do: a rank whose collective differs must not
+    // leave the others waiting in the plugin.
+    shapes = AgreeAcrossProcesses(name, failed ? "a collective that failed on its rank (" + failure + ")" : description,
+                                  exchange_shapes ? dims : std::vector<int64_t>{}, /*only_a_check=*/!exchange_shapes);
+  } catch (const std::exception&) {
+    if (failed) std::rethrow_exception(failed);
+    throw;
+  }
+  if (failed) std::rethrow_exception(failed);
+  if (spec.numel == 0) return nullptr;
+  CollectiveSpec program = spec;
+  const bool same_shapes =
+      dims.size() > 1 && std::all_of(shapes.begin(), shapes.end(), [&](const auto& d) { return d == dims; });
+  if (same_shapes) program.dims = dims;
+  else if (dims.size() > 1) operand = Operand(input);  // copied out 1-D
+  try {
     pjrt::ExecutablePtr exe =
-        runtime::CollectiveExecutable(runtime::CollectiveModule(spec), device_ids, description);
+        runtime::CollectiveExecutable(runtime::CollectiveModule(program), device_ids, description);
     pjrt::BufferPtr result = exe->ExecuteReplicated({{operand->raw()}}).at(0).at(0);
     runtime::GetMetrics().executions++;
     runtime::GetMetrics().collectives_on_device++;
