@@ -109,6 +109,10 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
     a = it->second;
   }
   if (only_a_check && !a->check_each) return {};
+  // The wait below may be long: the other ranks' threads of this process (and Python's) go on.
+  // Released before taking the group's lock, which another thread may hold while it waits.
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
   std::lock_guard<std::mutex> lock(a->mu);
   TORCH_CHECK(a->broken.empty(), a->broken, " (an earlier collective; the group cannot run collectives any more)");
   std::vector<int> ranks = members;
@@ -129,9 +133,6 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
   TORCH_CHECK(mine < ranks.size(), "torch.distributed on tpu: rank ", a->rank, " takes part in an exchange of ranks ",
               RankList(ranks));
 
-  // The wait below may be long: the other ranks' threads of this process (and Python's) go on.
-  std::optional<pybind11::gil_scoped_release> no_gil;
-  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
   a->store->set(keys[mine], Encode(n, description, host_values));
   // Polls rather than the store's blocking wait: a TCPStore client holds its socket for the
   // whole wait, and the PJRT client may share that store. Every key exists from number 2 on.
