@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "../pjrt/pjrt.h"
+#include "../runtime/collective_programs.h"
 
 namespace tpu::aten {
 
@@ -40,6 +41,10 @@ void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_
 std::vector<int> CrossProcessWorldRanks(const std::string& name);
 void ForgetCrossProcessGroup(const std::string& name);
 bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group);
+// This process's part of one collective of `spec` (elem, numel and group size set) with its
+// rank's `input`, on a registered group (cross_process_collectives.cpp); null for no elements.
+pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const runtime::CollectiveSpec& spec,
+                                   const at::Tensor& input);
 // Runs a registered group's first collective, an all_reduce of rank + 1 on `device`: "" when
 // every rank compiled it and read the right sum, else what went wrong (every rank returns the
 // same verdict, so that all keep the devices or all fall back to the CPU backend together).
@@ -115,6 +120,8 @@ double GroupTimeout(const std::string& group);
 // keeps its shape when `keeps_shape` accepts it, else is copied out 1-D.
 pjrt::BufferPtr Operand(const at::Tensor& t,
                         const std::function<bool(const std::vector<int64_t>&)>& keeps_shape = nullptr);
+// A tensor of `numel` elements holding a result buffer (of any shape with that many elements).
+at::Tensor FromResult(pjrt::BufferPtr buffer, int64_t numel, const at::TensorOptions& options);
 // Writes a result (of `out`'s element count, any shape) into `out`: its storage takes the
 // buffer when `out` is the whole of it, else a device copy lands it.
 void WriteResult(const at::Tensor& out, pjrt::BufferPtr buffer);
