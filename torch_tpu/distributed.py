@@ -94,8 +94,9 @@ CHECKS_VARIABLE = "TORCH_TPU_COLLECTIVE_CHECKS"
 def checks_each_collective(env=None):
     """TORCH_TPU_COLLECTIVE_CHECKS: 1 (default) checks every collective across processes through
     the store before it runs (a divergence raises instead of hanging the devices), 0 only
-    those that need the exchange anyway (barrier, uneven all_to_all): two store round trips
-    less per collective, and a divergence hangs as it would with NCCL."""
+    those that exchange values anyway (an uneven all_to_all's split sizes, a 2-D mesh program's
+    groups): two store round trips less per collective, and a divergence hangs as it would with
+    NCCL."""
     env = os.environ if env is None else env
     setting = env.get(CHECKS_VARIABLE, "")
     if setting not in ("", "0", "1"):

@@ -25,9 +25,20 @@ using runtime::CollectiveKind;
 using runtime::CollectiveReduce;
 using runtime::CollectiveSpec;
 
+struct RegisteredGroup {
+  std::vector<int64_t> device_ids;  // global PJRT ids, in group rank order
+  std::vector<int> world_ranks;     // its ranks' ranks in the world
+};
+
 std::mutex cross_mu;
-std::map<std::string, std::vector<int64_t>> cross_process_devices;  // by group name: global device ids
-std::map<std::string, std::vector<int>> cross_process_world_ranks;   // by group name: its ranks' world ranks
+std::map<std::string, RegisteredGroup> registered;  // by group name
+
+RegisteredGroup Registered(const std::string& name) {
+  std::lock_guard<std::mutex> lock(cross_mu);
+  auto it = registered.find(name);
+  TORCH_CHECK(it != registered.end(), "torch.distributed on tpu: group '", name, "' has no devices across processes");
+  return it->second;
+}
 
 }  // namespace
 
@@ -42,33 +53,21 @@ void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_
                return AgreeAcrossProcesses(name, description, values, /*only_a_check=*/values.empty());
              }});
   std::lock_guard<std::mutex> lock(cross_mu);
-  cross_process_devices[name] = device_ids;
-  cross_process_world_ranks[name] = world_ranks;
+  registered[name] = {device_ids, world_ranks};
 }
 
-std::vector<int> CrossProcessWorldRanks(const std::string& name) {
-  std::lock_guard<std::mutex> lock(cross_mu);
-  auto it = cross_process_world_ranks.find(name);
-  TORCH_CHECK(it != cross_process_world_ranks.end(), "torch.distributed on tpu: group '", name,
-              "' has no devices across processes");
-  return it->second;
-}
+std::vector<int> CrossProcessWorldRanks(const std::string& name) { return Registered(name).world_ranks; }
 
 void ForgetCrossProcessGroup(const std::string& name) {
   runtime::ForgetCrossProcessReplicas(name);
   ForgetAgreement(name);
   ForgetPendingTransfers(name);
   std::lock_guard<std::mutex> lock(cross_mu);
-  cross_process_devices.erase(name);
-  cross_process_world_ranks.erase(name);
+  registered.erase(name);
 }
 
 std::string CheckAcrossProcesses(const std::string& name, int rank, int device) {
-  std::vector<int64_t> device_ids;
-  {
-    std::lock_guard<std::mutex> lock(cross_mu);
-    device_ids = cross_process_devices.at(name);
-  }
+  const std::vector<int64_t> device_ids = CrossProcessDevices(name);
   const int n = static_cast<int>(device_ids.size());
   CollectiveSpec spec{CollectiveKind::kAllReduce, CollectiveReduce::kSum, shlo::ElemType::S32, 1, {}, n};
   const std::string description = "the group's check (" + spec.Describe() + ")";
@@ -102,18 +101,12 @@ std::string CheckAcrossProcesses(const std::string& name, int rank, int device) 
   return "";
 }
 
-std::vector<int64_t> CrossProcessDevices(const std::string& group) {
-  std::lock_guard<std::mutex> lock(cross_mu);
-  auto it = cross_process_devices.find(group);
-  TORCH_CHECK(it != cross_process_devices.end(), "torch.distributed on tpu: group '", group,
-              "' has no devices across processes");
-  return it->second;
-}
+std::vector<int64_t> CrossProcessDevices(const std::string& group) { return Registered(group).device_ids; }
 
 bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group) {
   std::lock_guard<std::mutex> lock(cross_mu);
-  auto it = cross_process_devices.find(group.getGroupName());
-  return it != cross_process_devices.end() && static_cast<int>(it->second.size()) == group.getSize();
+  auto it = registered.find(group.getGroupName());
+  return it != registered.end() && static_cast<int>(it->second.device_ids.size()) == group.getSize();
 }
 
 // This process's part of a collective across processes: one program compiled for the group's
