@@ -13,10 +13,11 @@ needed) and adds the cost model's time and bus bandwidth: the compiler's estimat
 
     python bench/collectives.py --agreement [--ranks 2] [--rounds 5] [--iters 500]  # more iters than the default 5
 
-instead times what a collective across processes on the devices does first: the ranks' agreement
-through a TCPStore (csrc/aten/collective_agreement.cpp), in that many processes, against a Gloo
-all_reduce of one float32 on the CPU among the same processes in the same run (the cheapest
-host collective). Medians of the per-round means, and of the per-round ratios.
+instead times what a collective across processes on the devices adds: the ranks' agreement
+through a TCPStore (csrc/aten/collective_agreement.cpp), in that many processes, checked before
+each collective and checked behind (the default), against a Gloo all_reduce of one float32 on
+the CPU among the same processes in the same run (the cheapest host collective). Medians of the
+per-round means, and of the per-round ratios.
 """
 import argparse
 import datetime
@@ -54,24 +55,35 @@ def timed(rank, world, nbytes, iters):
 
 
 def agreement_worker(rank, n, port, rounds, iters):
-    """One process of --agreement: per round, the mean agreement time, then the mean Gloo time."""
+    """One process of --agreement: per round, the mean time per collective of the agreement
+    checked before each collective, then checked behind (TORCH_TPU_COLLECTIVE_CHECKS's default:
+    posted, read back several at a time, the rest at the end of the loop, as a host read would),
+    then of a Gloo all_reduce of one float."""
     store = dist.TCPStore("127.0.0.1", port, n, rank == 0, timeout=datetime.timedelta(seconds=300))
     dist.init_process_group("gloo", store=dist.PrefixStore("gloo", store), rank=rank, world_size=n)
-    torch_tpu._C._register_cross_process_group("bench", list(range(n)), store, rank, 300.0)
+    for checks in ("before", "behind"):
+        torch_tpu._C._register_cross_process_group("bench_" + checks, list(range(n)), store, rank, 300.0, checks)
+    what = "all_reduce(sum) f32[1024] over %d ranks" % n
     one = torch.ones(1)
     for r in range(rounds + 1):  # the first round warms up
         dist.barrier()
         start = time.perf_counter()
         for i in range(iters):
-            torch_tpu._C._agree_across_processes("bench", "all_reduce(sum) f32[1024] over %d ranks" % n)
-        agree = (time.perf_counter() - start) / iters
+            torch_tpu._C._agree_across_processes("bench_before", what)
+        before = (time.perf_counter() - start) / iters
+        dist.barrier()
+        start = time.perf_counter()
+        for i in range(iters):
+            torch_tpu._C._agree_across_processes("bench_behind", what, [], True)
+        torch_tpu._C._settle_collective_checks()
+        behind = (time.perf_counter() - start) / iters
         dist.barrier()
         start = time.perf_counter()
         for i in range(iters):
             dist.all_reduce(one)
         gloo = (time.perf_counter() - start) / iters
         if rank == 0 and r:
-            print(f"ROUND {agree} {gloo}", flush=True)
+            print(f"ROUND {before} {behind} {gloo}", flush=True)
     dist.destroy_process_group()
 
 
@@ -84,11 +96,14 @@ def agreement(a):
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, text=True) for r in range(a.ranks)]
     out = [p.communicate()[0] for p in procs][0]
     rounds = [tuple(float(x) for x in line.split()[1:]) for line in out.splitlines() if line.startswith("ROUND")]
-    agree = statistics.median(r[0] for r in rounds)
-    gloo = statistics.median(r[1] for r in rounds)
-    ratio = statistics.median(r[0] / r[1] for r in rounds)
-    print(f"{a.ranks} processes, {a.rounds} rounds x {a.iters}: agreement {agree * 1e6:.1f} us, "
-          f"Gloo all_reduce of 1 float32 {gloo * 1e6:.1f} us, agreement/Gloo {ratio:.2f}")
+    before, behind, gloo = (statistics.median(r[i] for r in rounds) for i in range(3))
+    print(f"{a.ranks} processes, {a.rounds} rounds x {a.iters} collectives, per collective (medians):")
+    def ratio(i, j):
+        return statistics.median(r[i] / r[j] for r in rounds)
+
+    print(f"  checked before it runs: {before * 1e6:.1f} us ({ratio(0, 2):.2f}x Gloo)")
+    print(f"  checked behind it (default): {behind * 1e6:.1f} us ({ratio(1, 2):.2f}x Gloo, {ratio(1, 0):.2f}x before)")
+    print(f"  Gloo all_reduce of 1 float32: {gloo * 1e6:.1f} us")
 
 
 def main():

@@ -259,14 +259,21 @@ def test_shaped_buffers_cross_processes_in_their_shape_when_every_rank_has_it(tm
 
         os.environ["TORCH_TPU_CROSS_PROCESS_COLLECTIVES"] = "1"
         base = torch.arange(24.0).reshape(4, 6)
-        for checks in ("1", "0"):
+        for checks in ("behind", "before", "off"):
             os.environ["TORCH_TPU_COLLECTIVE_CHECKS"] = checks
             dist.init_process_group("tpu_dist", rank=0, world_size=1, store=dist.HashStore())
+            start = torch_tpu.metrics()["collective_checks_behind"]
             t = base.to("tpu")
             dist.all_reduce(t)
             g = torch.empty(4, 6, device="tpu")
             dist.all_gather_into_tensor(g, base.to("tpu") * 2)
-            assert torch.equal(t.cpu(), base) and torch.equal(g.cpu(), base * 2)
+            # Checked behind, a collective every rank ran in this buffer shape before runs in it
+            # again at once: its shape is checked with it, after it ran.
+            again = base.to("tpu") + 1
+            dist.all_reduce(again)
+            assert torch.equal(t.cpu(), base) and torch.equal(g.cpu(), base * 2) and torch.equal(again.cpu(), base + 1)
+            behind = torch_tpu.metrics()["collective_checks_behind"] - start
+            assert behind == {"behind": 1, "before": 0, "off": 0}[checks], (checks, behind)
             dist.destroy_process_group()
         print("ok")
     """)

@@ -91,17 +91,31 @@ def wants_device_collectives(platform, group_size, env=None):
 CHECKS_VARIABLE = "TORCH_TPU_COLLECTIVE_CHECKS"
 
 
-def checks_each_collective(env=None):
-    """TORCH_TPU_COLLECTIVE_CHECKS: 1 (default) checks every collective across processes through
-    the store before it runs (a divergence raises instead of hanging the devices), 0 only
-    those that exchange values anyway (an uneven all_to_all's split sizes, a 2-D mesh program's
-    groups): two store round trips less per collective, and a divergence hangs as it would with
-    NCCL."""
+# The settings, weakest first: a group checks as its weakest rank asks (a rank that checks waits
+# for the posts of one that does not).
+CHECK_SETTINGS = ("off", "behind", "before")
+
+
+def collective_checks(env=None):
+    """TORCH_TPU_COLLECTIVE_CHECKS: how the ranks of a group across processes check that they run
+    the same collectives (csrc/aten/collective_agreement.h), so that a divergence raises instead
+    of hanging the devices:
+
+    * ``behind`` (default; also ``1``): every collective is posted to the group's store and runs
+      at once; the others' posts are read back behind it, several collectives per store round
+      trip, and at the latest before any device value reaches the host. A divergence raises
+      there, and every later host read raises it too (the devices may wait in it);
+    * ``before``: every collective waits for every rank's post before it runs (a divergence
+      raises before any rank runs it): two store round trips per collective;
+    * ``off`` (also ``0``): only the exchanges that carry values (an uneven all_to_all's split
+      sizes, a 2-D mesh program's groups), and collectives take their operands 1-D; a
+      divergence hangs, as it would with NCCL."""
     env = os.environ if env is None else env
-    setting = env.get(CHECKS_VARIABLE, "")
-    if setting not in ("", "0", "1"):
-        raise ValueError(f"torch_tpu: {CHECKS_VARIABLE}={setting!r}: use 1 (check every collective) or 0")
-    return setting != "0"
+    setting = {"": "behind", "1": "behind", "0": "off"}.get(env.get(CHECKS_VARIABLE, ""), env.get(CHECKS_VARIABLE))
+    if setting not in CHECK_SETTINGS:
+        raise ValueError(f"torch_tpu: {CHECKS_VARIABLE}={env.get(CHECKS_VARIABLE)!r}: use behind (the default), "
+                         "before or off")
+    return setting
 
 
 def device_collectives_verdict(ids):
@@ -122,7 +136,8 @@ def _register_across_processes(opts):
     CUDA plugin), the group's collectives run on the devices: every rank's global PJRT device id
     is exchanged through the group's store, each collective compiles for the group's devices in
     rank order and each process runs its part (csrc/aten/device_collectives.h); the ranks agree
-    on each collective through the store first (csrc/aten/collective_agreement.h). The group's
+    on each collective through the store, as collective_checks() says
+    (csrc/aten/collective_agreement.h). The group's
     first collective checks the whole path; if any rank fails it, every rank keeps Gloo, warned.
     Not run on a TPU or across GPUs yet: TORCH_TPU_CROSS_PROCESS_COLLECTIVES=0 keeps Gloo."""
     _C._forget_cross_process_group(opts.group_id)  # a new group may reuse a destroyed one's name
@@ -146,10 +161,10 @@ def _register_across_processes(opts):
     # Every rank posts, wanted or not, so that all reach one verdict (and check alike: a rank
     # that checks waits for the posts of one that does not).
     key = f"torch_tpu/devices/{opts.group_id}/"
-    opts.store.set(key + str(opts.group_rank), f"{mine} {int(checks_each_collective())}")
+    opts.store.set(key + str(opts.group_rank), f"{mine} {collective_checks()}")
     posts = [opts.store.get(key + str(r)).decode().split() for r in range(opts.group_size)]
     ids = [int(p[0]) for p in posts]
-    check_each = all(p[1] == "1" for p in posts)
+    checks = min((p[1] for p in posts), key=CHECK_SETTINGS.index)
     why_not = device_collectives_verdict(ids)
     if why_not is not None:
         if wanted:
@@ -158,7 +173,7 @@ def _register_across_processes(opts):
             warnings.warn(f"torch_tpu: group '{opts.group_id}' runs its collectives through Gloo: {why_not}")
         return
     _C._register_cross_process_group(opts.group_id, ids, opts.store, opts.group_rank, opts.timeout.total_seconds(),
-                                     check_each, list(getattr(opts, "global_ranks_in_group", None) or []))
+                                     checks, list(getattr(opts, "global_ranks_in_group", None) or []))
     failure = _C._check_cross_process_group(opts.group_id, opts.group_rank, device)
     if failure:
         _C._forget_cross_process_group(opts.group_id)
@@ -207,6 +222,7 @@ def _create_in_process_group(opts):
     from torch.distributed.distributed_c10d import _store_based_barrier
 
     if opts.group_rank == 0:  # before the others pass the barrier: no collective of it has started
+        _C._forget_cross_process_group(opts.group_id)  # a destroyed group of processes of this name
         _C._register_in_process_group(opts.group_id, opts.timeout.total_seconds(),
                                       list(opts.global_ranks_in_group))
     _store_based_barrier(opts.group_rank, opts.store, "", opts.group_size, opts.timeout)

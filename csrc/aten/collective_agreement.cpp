@@ -1,6 +1,8 @@
 #include "collective_agreement.h"
 
 #include <algorithm>
+#include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,27 +18,52 @@
 namespace tpu::aten {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// A rank reads back every post numbered n - kBehindWindow or lower before it posts n (at once, or
+// behind). So before it posts n it read every rank's n - W, and each of them, before posting
+// n - W, read every post of n - 2W: post n may take the slot of n - 2W. Two slots suffice when
+// every collective is read back before the next (kBefore); the window needs 2W.
+constexpr size_t kBehindWindow = 8;
+constexpr int64_t kSlots = 2 * kBehindWindow;
+
+struct Posted {
+  int64_t number = 0;
+  std::string description;
+  bool behind = false;  // checked after it ran
+  Clock::time_point at;
+};
+
 struct Agreement {
   c10::intrusive_ptr<c10d::Store> store;
   std::string name;
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{0};
-  bool check_each = true;
+  CollectiveChecks checks = CollectiveChecks::kBehind;
   std::map<std::string, int64_t> next;  // by channel: the number of this rank's next exchange there
-  std::string broken;  // the divergence that ended the group's collectives
-  std::mutex mu;       // one exchange at a time per group (the store's keys are per number)
+  std::deque<Posted> behind;            // the group's collectives posted and run, not read back yet
+  std::string broken;                   // the divergence that ended the group's collectives
+  std::mutex mu;                        // one exchange at a time per group (the store's keys are per number)
 };
 
 std::mutex registry_mu;
 std::map<std::string, std::shared_ptr<Agreement>> registry;
 
-// Rank r's post for collective n lives under slot n % 2: a rank that posts n + 2 has read every
-// rank's post of n + 1, so every rank has finished reading n and the slot is free. Posts carry
-// their number, so a stale one (n - 2) reads as "not yet". Two keys per rank, overwritten, never
-// deleted: the store does not grow with the number of collectives.
+// Posts behind in every group: a host read's settle is one atomic load without collectives.
+std::atomic<int64_t> posts_behind{0};
+// A divergence found after the collectives ran: like CUDA's sticky device error, every later
+// host read and synchronize raises it (the devices may wait in those collectives, or hold what
+// mismatched programs wrote).
+std::atomic<bool> diverged_behind{false};
+std::mutex diverged_mu;
+std::string diverged_message;
+
+// Rank r's post for number n of a channel lives in slot n % kSlots. Posts carry their number, so
+// an older one in the slot reads as "not yet". kSlots keys per rank and channel, overwritten,
+// never deleted: the store does not grow with the number of collectives.
 std::string Key(const Agreement& a, const std::string& channel, int64_t n, int rank) {
-  return "torch_tpu/agree/" + a.name + "/" + channel + "/" + std::to_string(n % 2) + "/" + std::to_string(rank);
+  return "torch_tpu/agree/" + a.name + "/" + channel + "/" + std::to_string(n % kSlots) + "/" + std::to_string(rank);
 }
 
 struct Post {
@@ -71,118 +98,240 @@ std::string RankList(const std::vector<int>& ranks) {
   return out;
 }
 
+// Ends the group's collectives with `why` and raises it. The posts behind are dropped: a
+// divergence among them makes every host read raise from now on.
+[[noreturn]] void Break(Agreement& a, const std::string& why, bool found_behind) {
+  a.broken = why;
+  posts_behind -= static_cast<int64_t>(a.behind.size());
+  a.behind.clear();
+  if (found_behind) {
+    std::lock_guard<std::mutex> lock(diverged_mu);
+    if (diverged_message.empty()) diverged_message = why;
+    diverged_behind = true;
+  }
+  TORCH_CHECK(false, why);
+}
+
+// Reads every rank's posts of `awaited` (ascending numbers of `channel`, caller holds a.mu) and
+// compares each with this rank's. Returns how many leading ones every rank posted and matched:
+// all of them when `wait`, else those already posted. Raises on a divergence, and on a rank that
+// has not posted once the oldest awaited post's timeout has passed. `values`: every rank's host
+// values of the last awaited post, when it was read.
+size_t ReadBack(Agreement& a, const std::string& channel, const std::vector<int>& ranks,
+                const std::vector<Posted>& awaited, bool wait, std::vector<std::vector<int64_t>>* values) {
+  const auto what = [&](int64_t n) {
+    return channel == "all" ? "collective #" + std::to_string(n)
+                            : "transfer #" + std::to_string(n) + " between ranks " + RankList(ranks);
+  };
+  const auto keys_of = [&](size_t i) {
+    std::vector<std::string> keys;
+    for (int r : ranks) keys.push_back(Key(a, channel, awaited[i].number, r));
+    return keys;
+  };
+  // Polls rather than the store's blocking wait: a TCPStore client holds its socket for the
+  // whole wait, and the PJRT client may share that store.
+  const auto deadline = awaited.front().at + a.timeout;
+  auto pause = std::chrono::microseconds(20);
+  size_t matched = 0;
+  for (;;) {
+    // Every slot key exists once its rank has posted kSlots times; before, ask the store.
+    size_t present = matched;
+    while (present < awaited.size() && (awaited[present].number >= kSlots || a.store->check(keys_of(present))))
+      ++present;
+    if (present > matched) {
+      std::vector<std::string> keys;
+      for (size_t i = matched; i < present; ++i) {
+        auto k = keys_of(i);
+        keys.insert(keys.end(), k.begin(), k.end());
+      }
+      const std::vector<std::vector<uint8_t>> got = a.store->multiGet(keys);
+      const size_t from = matched;
+      for (size_t i = from; i < present; ++i) {
+        std::vector<Post> posts;
+        for (size_t j = 0; j < ranks.size(); ++j) posts.push_back(Decode(got[(i - from) * ranks.size() + j]));
+        if (std::any_of(posts.begin(), posts.end(), [&](const Post& p) { return p.number != awaited[i].number; }))
+          break;  // some rank has not posted it yet
+        const Posted& mine = awaited[i];
+        for (size_t j = 0; j < ranks.size(); ++j) {
+          if (posts[j].description == mine.description) continue;
+          std::ostringstream why;
+          why << "torch.distributed on tpu: the ranks of group '" << a.name << "' diverged at " << what(mine.number)
+              << ": rank " << a.rank << " runs " << mine.description << ", rank " << ranks[j] << " runs "
+              << posts[j].description
+              << (channel == "all" ? "; every rank must issue the same collectives in the same order"
+                                   : "; each send must meet a recv of its size, dtype and tag, in the same order");
+          if (mine.behind)
+            why << " (found after it ran: collectives are checked behind them; the devices may wait in it or hold "
+                   "wrong values, so every later read of a device value raises this. "
+                   "TORCH_TPU_COLLECTIVE_CHECKS=before checks each collective before it runs)";
+          else
+            why << " (none of them ran)";
+          Break(a, why.str(), mine.behind);
+        }
+        if (i + 1 == awaited.size() && values != nullptr)
+          for (Post& p : posts) values->push_back(std::move(p.values));
+        ++matched;
+      }
+      if (matched == awaited.size()) return matched;
+    }
+    if (Clock::now() >= deadline) {
+      const Posted& first = awaited[matched];
+      std::vector<int> missing;
+      const auto keys = keys_of(matched);
+      for (size_t j = 0; j < ranks.size(); ++j)
+        if (!a.store->check({keys[j]}) || Decode(a.store->get(keys[j])).number != first.number)
+          missing.push_back(ranks[j]);
+      std::ostringstream why;
+      why << "torch.distributed on tpu: rank(s) " << RankList(missing) << " of group '" << a.name
+          << "' did not reach " << what(first.number) << " (rank " << a.rank << " runs " << first.description
+          << ") within " << a.timeout.count() / 1000.0 << " s: every rank must issue the same collectives in the "
+          << "same order";
+      Break(a, why.str(), first.behind);
+    }
+    if (!wait) return matched;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
+std::shared_ptr<Agreement> Find(const std::string& group) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = registry.find(group);
+  TORCH_CHECK(it != registry.end(), "torch.distributed on tpu: group '", group,
+              "' has no collectives across processes registered");
+  return it->second;
+}
+
+std::vector<int> AllRanks(const Agreement& a) {
+  std::vector<int> ranks;
+  for (int r = 0; r < a.size; ++r) ranks.push_back(r);
+  return ranks;
+}
+
+// Reads back the group's oldest `count` posts behind (caller holds a.mu).
+void ReadBackBehind(Agreement& a, size_t count, bool wait) {
+  if (count == 0) return;
+  const std::vector<Posted> awaited(a.behind.begin(), a.behind.begin() + count);
+  const size_t matched = ReadBack(a, "all", AllRanks(a), awaited, wait, nullptr);
+  a.behind.erase(a.behind.begin(), a.behind.begin() + matched);
+  posts_behind -= static_cast<int64_t>(matched);
+}
+
+void RaiseIfDivergedBehind() {
+  if (!diverged_behind.load()) return;
+  std::lock_guard<std::mutex> lock(diverged_mu);
+  TORCH_CHECK(false, diverged_message);
+}
+
 }  // namespace
 
+CollectiveChecks ParseCollectiveChecks(const std::string& setting) {
+  if (setting == "off") return CollectiveChecks::kOff;
+  if (setting == "behind") return CollectiveChecks::kBehind;
+  if (setting == "before") return CollectiveChecks::kBefore;
+  TORCH_CHECK_VALUE(false, "torch.distributed on tpu: collective checks '", setting,
+                    "': use 'behind', 'before' or 'off'");
+}
+
 void RegisterAgreement(const std::string& name, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                       std::chrono::milliseconds timeout, bool check_each) {
+                       std::chrono::milliseconds timeout, CollectiveChecks checks) {
   auto a = std::make_shared<Agreement>();
-  a->check_each = check_each;
+  a->checks = checks;
   a->store = std::move(store);
   a->name = name;
   a->rank = rank;
   a->size = size;
   a->timeout = timeout.count() > 0 ? timeout : std::chrono::milliseconds(1800 * 1000);
   std::lock_guard<std::mutex> lock(registry_mu);
-  registry[name] = std::move(a);
+  auto& slot = registry[name];
+  if (slot) {  // a group of the same name forgets the last one's posts behind
+    std::lock_guard<std::mutex> old(slot->mu);
+    posts_behind -= static_cast<int64_t>(slot->behind.size());
+    slot->behind.clear();
+  }
+  slot = std::move(a);
 }
 
 void ForgetAgreement(const std::string& name) {
   std::lock_guard<std::mutex> lock(registry_mu);
-  registry.erase(name);
+  auto it = registry.find(name);
+  if (it == registry.end()) return;
+  {
+    std::lock_guard<std::mutex> old(it->second->mu);
+    posts_behind -= static_cast<int64_t>(it->second->behind.size());
+    it->second->behind.clear();
+  }
+  registry.erase(it);
 }
 
-bool ChecksEachCollective(const std::string& name) {
+CollectiveChecks ChecksOf(const std::string& name) {
   std::lock_guard<std::mutex> lock(registry_mu);
   auto it = registry.find(name);
-  return it != registry.end() && it->second->check_each;
+  return it == registry.end() ? CollectiveChecks::kOff : it->second->checks;
 }
 
 std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
                                                        const std::vector<int64_t>& host_values, bool only_a_check,
                                                        const std::vector<int>& members) {
-  std::shared_ptr<Agreement> a;
-  {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    auto it = registry.find(group);
-    TORCH_CHECK(it != registry.end(), "torch.distributed on tpu: group '", group,
-                "' has no collectives across processes registered");
-    a = it->second;
-  }
-  if (only_a_check && !a->check_each) return {};
+  std::shared_ptr<Agreement> a = Find(group);
+  if (only_a_check && a->checks == CollectiveChecks::kOff) return {};
   // The wait below may be long: the other ranks' threads of this process (and Python's) go on.
   // Released before taking the group's lock, which another thread may hold while it waits.
   std::optional<pybind11::gil_scoped_release> no_gil;
   if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
   std::lock_guard<std::mutex> lock(a->mu);
   TORCH_CHECK(a->broken.empty(), a->broken, " (an earlier collective; the group cannot run collectives any more)");
-  std::vector<int> ranks = members;
-  if (ranks.empty())
-    for (int r = 0; r < a->size; ++r) ranks.push_back(r);
+  std::vector<int> ranks = members.empty() ? AllRanks(*a) : members;
   std::string channel = members.empty() ? "all" : "";
   for (size_t i = 0; i < members.size(); ++i) channel += (i ? "-" : "") + std::to_string(members[i]);
-  // What the errors call the exchange: the group's collectives are numbered together, a pair's
-  // transfers apart.
-  const auto what = [&](int64_t n) {
-    return members.empty() ? "collective #" + std::to_string(n)
-                           : "transfer #" + std::to_string(n) + " between ranks " + RankList(members);
-  };
-  const int64_t n = a->next[channel];
-  std::vector<std::string> keys;
-  for (int r : ranks) keys.push_back(Key(*a, channel, n, r));
-  const size_t mine = std::find(ranks.begin(), ranks.end(), a->rank) - ranks.begin();
-  TORCH_CHECK(mine < ranks.size(), "torch.distributed on tpu: rank ", a->rank, " takes part in an exchange of ranks ",
-              RankList(ranks));
-
-  a->store->set(keys[mine], Encode(n, description, host_values));
-  // Polls rather than the store's blocking wait: a TCPStore client holds its socket for the
-  // whole wait, and the PJRT client may share that store. Every key exists from number 2 on.
-  const auto deadline = std::chrono::steady_clock::now() + a->timeout;
-  auto pause = std::chrono::microseconds(20);
-  bool present = n >= 2;
-  std::vector<Post> posts;
-  std::vector<int> missing;
-  for (;;) {
-    if (present || a->store->check(keys)) {
-      present = true;
-      posts.clear();
-      missing.clear();
-      for (const auto& bytes : a->store->multiGet(keys)) posts.push_back(Decode(bytes));
-      for (size_t i = 0; i < ranks.size(); ++i)
-        if (posts[i].number != n) missing.push_back(ranks[i]);
-      if (missing.empty()) break;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      if (!present) {  // which ones: the keys that exist may still be another number's
-        missing.clear();
-        for (size_t i = 0; i < ranks.size(); ++i)
-          if (!a->store->check({keys[i]}) || Decode(a->store->get(keys[i])).number != n) missing.push_back(ranks[i]);
-      }
-      std::ostringstream why;
-      why << "torch.distributed on tpu: rank(s) " << RankList(missing) << " of group '" << group
-          << "' did not reach " << what(n) << " (rank " << a->rank << " runs " << description << ") within "
-          << a->timeout.count() / 1000.0 << " s: every rank must issue the same collectives in the same order";
-      a->broken = why.str();
-      TORCH_CHECK(false, a->broken);
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
-  }
-  a->next[channel] = n + 1;
+  TORCH_CHECK(std::find(ranks.begin(), ranks.end(), a->rank) != ranks.end(), "torch.distributed on tpu: rank ",
+              a->rank, " takes part in an exchange of ranks ", RankList(ranks));
+  const int64_t n = a->next[channel]++;
+  a->store->set(Key(*a, channel, n, a->rank), Encode(n, description, host_values));
   runtime::GetMetrics().collective_agreements++;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (posts[i].description == description) continue;
-    std::ostringstream why;
-    why << "torch.distributed on tpu: the ranks of group '" << group << "' diverged at " << what(n) << ": rank "
-        << a->rank << " runs " << description << ", rank " << ranks[i] << " runs " << posts[i].description
-        << (members.empty() ? "; every rank must issue the same collectives in the same order"
-                            : "; each send must meet a recv of its size, dtype and tag, in the same order")
-        << " (none of them ran)";
-    a->broken = why.str();
-    TORCH_CHECK(false, a->broken);
+  const Posted posted{n, description, false, Clock::now()};
+  if (only_a_check && members.empty() && a->checks == CollectiveChecks::kBehind) {
+    // Runs at once; read back with later ones, at the latest kBehindWindow collectives on or
+    // at the next host read. The older half is surely posted by the time the window fills.
+    a->behind.push_back(posted);
+    a->behind.back().behind = true;
+    ++posts_behind;
+    runtime::GetMetrics().collective_checks_behind++;
+    if (a->behind.size() >= kBehindWindow) ReadBackBehind(*a, kBehindWindow / 2, /*wait=*/true);
+    return {};
   }
+  // Read back now, in one store round trip with the posts behind.
+  std::vector<Posted> awaited;
+  if (members.empty()) awaited.assign(a->behind.begin(), a->behind.end());
+  awaited.push_back(posted);
   std::vector<std::vector<int64_t>> values;
-  for (Post& p : posts) values.push_back(std::move(p.values));
+  ReadBack(*a, channel, ranks, awaited, /*wait=*/true, &values);
+  if (members.empty()) {
+    posts_behind -= static_cast<int64_t>(a->behind.size());
+    a->behind.clear();
+  }
   return values;
+}
+
+void SettleCollectiveChecks(bool wait) {
+  RaiseIfDivergedBehind();
+  if (posts_behind.load() == 0) return;
+  std::vector<std::shared_ptr<Agreement>> groups;
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    for (const auto& [name, a] : registry) groups.push_back(a);
+  }
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (wait && Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  for (const auto& a : groups) {
+    // A long device wait does not queue behind another thread's exchange: it looks again later.
+    std::unique_lock<std::mutex> lock(a->mu, std::defer_lock);
+    if (wait)
+      lock.lock();
+    else if (!lock.try_lock())
+      continue;
+    if (a->broken.empty()) ReadBackBehind(*a, a->behind.size(), wait);
+  }
 }
 
 }  // namespace tpu::aten

@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
@@ -28,6 +29,8 @@ using runtime::CollectiveSpec;
 struct RegisteredGroup {
   std::vector<int64_t> device_ids;  // global PJRT ids, in group rank order
   std::vector<int> world_ranks;     // its ranks' ranks in the world
+  // Collectives with their operand buffer shape that every rank once ran in that same shape.
+  std::set<std::string> uniform_shapes;
 };
 
 std::mutex cross_mu;
@@ -44,8 +47,9 @@ RegisteredGroup Registered(const std::string& name) {
 
 void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
                                c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
-                               bool check_each, const std::vector<int>& world_ranks) {
-  RegisterAgreement(name, std::move(store), rank, static_cast<int>(device_ids.size()), timeout, check_each);
+                               const std::string& checks, const std::vector<int>& world_ranks) {
+  RegisterAgreement(name, std::move(store), rank, static_cast<int>(device_ids.size()), timeout,
+                    ParseCollectiveChecks(checks));
   // A compiled graph holding this group's collectives: one program, each process its replica.
   runtime::RegisterCrossProcessReplicas(
       name, {device_ids, [name](const std::string& description, const std::vector<int64_t>& values) {
@@ -53,7 +57,7 @@ void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_
                return AgreeAcrossProcesses(name, description, values, /*only_a_check=*/values.empty());
              }});
   std::lock_guard<std::mutex> lock(cross_mu);
-  registered[name] = {device_ids, world_ranks};
+  registered[name] = {device_ids, world_ranks, {}};
 }
 
 std::vector<int> CrossProcessWorldRanks(const std::string& name) { return Registered(name).world_ranks; }
@@ -111,16 +115,19 @@ bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group) {
 
 // This process's part of a collective across processes: one program compiled for the group's
 // devices and run on this rank's. Each rank's operand buffer shape travels with the agreement
-// (when the group checks each collective): equal shapes on every rank run the program typed in
-// that shape (a TPU's tiled 2-D buffer reaches it without a relayout), else every rank runs the
-// 1-D program. The plugin's collectives wait for the other processes.
+// (unless the checks are off): equal shapes on every rank run the program typed in that shape (a
+// TPU's tiled 2-D buffer reaches it without a relayout), else every rank runs the 1-D program.
+// Checked behind (the default), a collective every rank once ran in one buffer shape runs in it
+// again without waiting for the others: the shape is part of what its check compares, after it
+// ran. The plugin's collectives wait for the other processes.
 pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const CollectiveSpec& spec,
                                    const at::Tensor& input) {
   const std::string name = group.getGroupName();
   const std::vector<int64_t> device_ids = CrossProcessDevices(name);
   const std::string description = spec.Describe();
   RunPendingTransfers(name);
-  const bool exchange_shapes = ChecksEachCollective(name);
+  const CollectiveChecks checks = ChecksOf(name);
+  const bool exchange_shapes = checks != CollectiveChecks::kOff;
   pjrt::BufferPtr operand;
   std::exception_ptr failed;  // this rank's operand: the others hear of it at once, not at the timeout
   std::string failure;
@@ -135,12 +142,34 @@ pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const Collec
     }
   }
   const std::vector<int64_t> dims = operand ? operand->dims() : std::vector<int64_t>{};
-  std::vector<std::vector<int64_t>> shapes;
+  std::string in_shape = description + " in a [";
+  for (size_t i = 0; i < dims.size(); ++i) in_shape += (i ? "," : "") + std::to_string(dims[i]);
+  in_shape += "] buffer";
+  bool known_shape = false;
+  if (checks == CollectiveChecks::kBehind && !failed) {
+    std::lock_guard<std::mutex> lock(cross_mu);
+    auto it = registered.find(name);
+    known_shape = it != registered.end() && it->second.uniform_shapes.count(in_shape) > 0;
+  }
+  bool same_shapes = known_shape;
   try {
     // Before anything that only some ranks might do: a rank whose collective differs must not
     // leave the others waiting in the plugin.
-    shapes = AgreeAcrossProcesses(name, failed ? "a collective that failed on its rank (" + failure + ")" : description,
-                                  exchange_shapes ? dims : std::vector<int64_t>{}, /*only_a_check=*/!exchange_shapes);
+    if (failed) {
+      AgreeAcrossProcesses(name, "a collective that failed on its rank (" + failure + ")");
+    } else if (known_shape) {
+      AgreeAcrossProcesses(name, in_shape, {}, /*only_a_check=*/true);
+    } else {
+      auto shapes = AgreeAcrossProcesses(name, description, exchange_shapes ? dims : std::vector<int64_t>{},
+                                         /*only_a_check=*/!exchange_shapes);
+      same_shapes =
+          exchange_shapes && std::all_of(shapes.begin(), shapes.end(), [&](const auto& d) { return d == dims; });
+      if (same_shapes && checks == CollectiveChecks::kBehind) {
+        std::lock_guard<std::mutex> lock(cross_mu);
+        auto it = registered.find(name);
+        if (it != registered.end()) it->second.uniform_shapes.insert(in_shape);
+      }
+    }
   } catch (const std::exception&) {
     if (failed) std::rethrow_exception(failed);
     throw;
@@ -148,9 +177,7 @@ pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const Collec
   if (failed) std::rethrow_exception(failed);
   if (spec.numel == 0) return nullptr;
   CollectiveSpec program = spec;
-  const bool same_shapes =
-      dims.size() > 1 && std::all_of(shapes.begin(), shapes.end(), [&](const auto& d) { return d == dims; });
-  if (same_shapes) program.dims = dims;
+  if (same_shapes && dims.size() > 1) program.dims = dims;
   else if (dims.size() > 1) operand = Operand(input);  // copied out 1-D
   try {
     pjrt::ExecutablePtr exe =

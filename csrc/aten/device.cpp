@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collective_agreement.h"
 #include "common.h"
 #include "dispatch.h"
 #include "../runtime/env.h"
@@ -391,6 +392,7 @@ void SynchronizeDevice(int device) {
   // graph another rank thread is recording on its own (as torch.cuda.synchronize(d) waits for d).
   SyncPoint("synchronize", device);
   runtime::GetMetrics().CountSync("synchronize");
+  SettleCollectiveChecks(/*wait=*/true);  // a diverged collective raises instead of waiting on it
   // Every pending value lives in some storage: waiting for all of them drains the device.
   std::vector<pjrt::BufferPtr> pending;
   runtime::ForEachStorage([&](TpuStorage* s) {

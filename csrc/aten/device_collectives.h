@@ -30,13 +30,13 @@ bool InProcess(const c10d::ProcessGroup& group);
 // A group of processes whose collectives run on the devices (torch_tpu/distributed.py): each
 // process runs its part of one program whose replicas are the group's devices, `device_ids`
 // (global PJRT ids, in group rank order); the plugin's client, set up across the processes,
-// carries the data between them. The ranks agree on each collective through `store` first
-// (collective_agreement.h; `check_each` false: only where they need each other's values).
+// carries the data between them. The ranks agree on each collective through `store`
+// (collective_agreement.h; `checks`: "behind", "before" or "off", TORCH_TPU_COLLECTIVE_CHECKS).
 // All collectives and send/recv, but the barrier, which c10d runs on a CPU tensor (the group's
 // CPU backend's).
 void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_t>& device_ids,
                                c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout,
-                               bool check_each, const std::vector<int>& world_ranks);
+                               const std::string& checks, const std::vector<int>& world_ranks);
 // Its ranks' ranks in the world, in its rank order.
 std::vector<int> CrossProcessWorldRanks(const std::string& name);
 void ForgetCrossProcessGroup(const std::string& name);

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <vector>
 
+#include "collective_agreement.h"
 #include "common.h"
 #include "dispatch.h"
 #include "../runtime/env.h"
@@ -151,7 +152,11 @@ void CheckPythonSignals() {
 
 void InstallWaitInterruptCheck() {
   g_main_thread = pybind11::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
-  runtime::SetWaitInterruptCheck(CheckPythonSignals);
+  runtime::SetWaitInterruptCheck([] {
+    CheckPythonSignals();
+    SettleCollectiveChecks(/*wait=*/false);  // the device may wait in a collective that diverged
+  });
+  runtime::SetHostReadCheck([] { SettleCollectiveChecks(/*wait=*/true); });
 }
 
 void RethrowAsTorchError(const std::exception& e, const std::string& what) {

@@ -75,6 +75,7 @@ py::dict MetricsDict() {
   d["collectives_on_device"] = m.collectives_on_device.load();
   d["collectives_via_host"] = m.collectives_via_host.load();
   d["collective_agreements"] = m.collective_agreements.load();
+  d["collective_checks_behind"] = m.collective_checks_behind.load();
   d["replicated_graph_runs"] = m.replicated_graph_runs.load();
   d["collectives_in_graphs"] = m.collectives_in_graphs.load();
   // Which formulation aten::_grouped_mm lowers to here, and how many programs took each.
@@ -122,15 +123,15 @@ PYBIND11_MODULE(_C, m) {
   aten::RegisterJobStoreBindings(m);
   m.def("_register_in_process_group", &aten::RegisterInProcessGroup);
   m.def("_register_cross_process_group", [](const std::string& name, const std::vector<int64_t>& device_ids,
-                                             const py::object& store, int rank, double timeout_s, bool check_each,
-                                             std::vector<int> world_ranks) {
+                                             const py::object& store, int rank, double timeout_s,
+                                             const std::string& checks, std::vector<int> world_ranks) {
     if (world_ranks.empty())  // the world itself
       for (size_t r = 0; r < device_ids.size(); ++r) world_ranks.push_back(static_cast<int>(r));
     aten::RegisterCrossProcessGroup(name, device_ids, py::cast<c10::intrusive_ptr<c10d::Store>>(store), rank,
-                                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), check_each,
+                                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), checks,
                                     world_ranks);
   }, py::arg("name"), py::arg("device_ids"), py::arg("store"), py::arg("rank"), py::arg("timeout_s"),
-     py::arg("check_each") = true, py::arg("world_ranks") = std::vector<int>{});
+     py::arg("checks") = "behind", py::arg("world_ranks") = std::vector<int>{});
   m.def("_forget_cross_process_group", &aten::ForgetCrossProcessGroup);
   m.def("_runs_across_processes", &runtime::RunsAcrossProcesses);
   m.def("_check_cross_process_group", &aten::CheckAcrossProcesses);
@@ -139,6 +140,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_agree_across_processes", &aten::AgreeAcrossProcesses, py::arg("group"), py::arg("description"),
         py::arg("host_values") = std::vector<int64_t>{}, py::arg("only_a_check") = false,
         py::arg("members") = std::vector<int>{});
+  m.def("_settle_collective_checks", &aten::SettleCollectiveChecks, py::arg("wait") = true);
   m.def("_global_device_id", [](int index) { return runtime::Runtime::Get().client().device_id(index); });
   m.def("_global_device_count", [] { return runtime::Runtime::Get().client().global_device_count(); });
   m.def("_in_process_barrier", &aten::DeviceBarrier, py::call_guard<py::gil_scoped_release>());

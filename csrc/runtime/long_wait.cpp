@@ -14,6 +14,7 @@ namespace {
 std::mutex g_check_mu;
 std::shared_ptr<const std::function<void()>> g_check;  // copied out under the lock, called outside
 std::atomic<bool> g_noticed{false};
+std::atomic<void (*)()> g_host_read_check{nullptr};
 
 void PrintNotice(double waited_s, const char* what) {
   Runtime::Running running;
@@ -52,6 +53,12 @@ void SetWaitInterruptCheck(std::function<void()> check) {
   auto shared = check ? std::make_shared<const std::function<void()>>(std::move(check)) : nullptr;
   std::lock_guard<std::mutex> lock(g_check_mu);
   g_check = std::move(shared);
+}
+
+void SetHostReadCheck(void (*check)()) { g_host_read_check = check; }
+
+void CheckBeforeHostRead() {
+  if (auto* check = g_host_read_check.load(std::memory_order_acquire)) check();
 }
 
 }  // namespace tpu::runtime

@@ -21,5 +21,10 @@ namespace tpu::runtime {
 void ObserveLongWaits(pjrt::Plugin& plugin, double notice_after_s, bool quiet);
 // Called while a wait lasts; it may throw to abandon the wait (what it throws propagates).
 void SetWaitInterruptCheck(std::function<void()> check);
+// Called before a host thread reads a device value (TpuStorage::ReadBytes); it may wait and may
+// throw. csrc/aten settles there the checks of collectives that ran unchecked
+// (collective_agreement.h), so no value of a diverged collective reaches the host.
+void SetHostReadCheck(void (*check)());
+void CheckBeforeHostRead();
 
 }  // namespace tpu::runtime

@@ -38,6 +38,8 @@ struct Metrics {
   std::atomic<int64_t> collectives_via_host{0};   // run on host copies through the group's CPU backend
   // Collectives across processes whose ranks agreed through the store before running them.
   std::atomic<int64_t> collective_agreements{0};
+  // Of those, the ones checked after they ran (TORCH_TPU_COLLECTIVE_CHECKS=behind, the default).
+  std::atomic<int64_t> collective_checks_behind{0};
   // torch.compile programs replicated over in-process ranks' devices: runs (once per group,
   // not per rank) and the collective ops those runs held, which never leave the program.
   std::atomic<int64_t> replicated_graph_runs{0};

@@ -139,6 +139,7 @@ void TpuStorage::ReadBytes(void* dst) const {
 }
 
 void TpuStorage::ReadBytesUnchecked(void* dst) const {
+  CheckBeforeHostRead();
   if (pending) Executor::Get().FlushFor(*this, "device to host");
   pjrt::BufferPtr b;
   {
