@@ -131,6 +131,7 @@ def test_collectives_are_registered_for_tpu():
 
 AGREEMENT_WORKER = textwrap.dedent('''
     import sys, time, datetime
+    import torch
     import torch.distributed as dist
     import torch_tpu
     from torch_tpu import _C
@@ -168,6 +169,15 @@ AGREEMENT_WORKER = textwrap.dedent('''
             raise SystemExit("no timeout raised")
         except RuntimeError as e:
             assert "rank(s) 1 of group 'late' did not reach collective #0" in str(e), e
+        # Checked behind, the collective runs; the next host read waits for the missing rank's
+        # post up to the timeout, then names it.
+        _C._register_cross_process_group("late behind", [0, 1], store, rank, 1.0)
+        assert _C._agree_across_processes("late behind", "all_gather f32[8] over 2 ranks", [], True) == []
+        try:
+            torch.ones(2, device="tpu").cpu()
+            raise SystemExit("no timeout raised at the host read")
+        except RuntimeError as e:
+            assert "rank(s) 1 of group 'late behind' did not reach collective #0" in str(e), e
         assert time.monotonic() - start < 30
     store.set("done%d" % rank, "1")
     store.wait(["done0", "done1"])  # rank 0 holds the store
@@ -183,58 +193,46 @@ def test_ranks_across_processes_agree_on_each_collective_or_raise(tmp_path):
 
 
 BEHIND_WORKER = textwrap.dedent('''
-    import sys, time, datetime
+    import sys, datetime
     import torch
     import torch.distributed as dist
     import torch_tpu
     from torch_tpu import _C
 
-    rank, port, case = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    rank, port = int(sys.argv[1]), int(sys.argv[2])
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=datetime.timedelta(seconds=120))
     desc = "all_reduce(sum) f32[4] over 2 ranks"
-    if case == "diverge":
-        _C._register_cross_process_group("behind", [0, 1], store, rank, 120.0)  # the default: checks behind
-        before = torch_tpu.metrics()
-        # Collectives that need nothing from the others run at once: 20 of them, past the window
-        # (8) and past the 16 store slots each rank's posts take turns in.
-        for i in range(20):
-            assert _C._agree_across_processes("behind", desc, [], True) == []
-        _C._settle_collective_checks()  # reads back the rest
-        # An exchange that carries values reads back the posts behind in its own round trip.
-        assert _C._agree_across_processes("behind", "split sizes", [7 + rank]) == [[7], [8]]
-        after = torch_tpu.metrics()
-        assert after["collective_checks_behind"] - before["collective_checks_behind"] == 20, (before, after)
-        assert after["collective_agreements"] - before["collective_agreements"] == 21, (before, after)
-        value = torch.arange(4.0, device="tpu") * 2
-        assert value.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]  # nothing behind: reads pass
-        # A divergence checked behind: each rank goes on, and the next host read of a device value
-        # raises it, naming both ranks' collectives.
-        mine = desc if rank == 0 else "broadcast(from rank 0) f32[4] over 2 ranks"
-        assert _C._agree_across_processes("behind", mine, [], True) == []
-        for read in (lambda: value.cpu(), lambda: value.sum().item(), torch.tpu.synchronize):
-            try:
-                read()
-                raise SystemExit("a host read passed a diverged collective")
-            except RuntimeError as e:  # every later read too: the devices may wait in it
-                assert "diverged at collective #21" in str(e) and "found after it ran" in str(e), e
-                assert "rank 0 runs all_reduce(sum)" in str(e) or "rank 1 runs all_reduce(sum)" in str(e), e
-                assert "runs broadcast(from rank 0)" in str(e), e
+    _C._register_cross_process_group("behind", [0, 1], store, rank, 120.0)  # the default: checks behind
+    before = torch_tpu.metrics()
+    # Collectives that need nothing from the others run at once: 20 of them, past the window
+    # (8) and past the 16 store slots each rank's posts take turns in.
+    for i in range(20):
+        assert _C._agree_across_processes("behind", desc, [], True) == []
+    _C._settle_collective_checks()  # reads back the rest
+    # An exchange that carries values reads back the posts behind in its own round trip.
+    assert _C._agree_across_processes("behind", "split sizes", [7 + rank]) == [[7], [8]]
+    after = torch_tpu.metrics()
+    assert after["collective_checks_behind"] - before["collective_checks_behind"] == 20, (before, after)
+    assert after["collective_agreements"] - before["collective_agreements"] == 21, (before, after)
+    value = torch.arange(4.0, device="tpu") * 2
+    assert value.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]  # nothing behind: reads pass
+    # A divergence checked behind: each rank goes on, and the next host read of a device value
+    # raises it, naming both ranks' collectives.
+    mine = desc if rank == 0 else "broadcast(from rank 0) f32[4] over 2 ranks"
+    assert _C._agree_across_processes("behind", mine, [], True) == []
+    for read in (lambda: value.cpu(), lambda: value.sum().item(), torch.tpu.synchronize):
         try:
-            _C._agree_across_processes("behind", desc, [], True)
-            raise SystemExit("a collective ran after a divergence")
-        except RuntimeError as e:
-            assert "diverged at collective #21" in str(e) and "earlier collective" in str(e), e
-    else:  # "late": a rank that never comes is named after the group's timeout, at the host read
-        _C._register_cross_process_group("late", [0, 1], store, rank, 1.0)
-        if rank == 0:
-            start = time.monotonic()
-            assert _C._agree_across_processes("late", desc, [], True) == []
-            try:
-                torch.ones(2, device="tpu").cpu()
-                raise SystemExit("no timeout raised")
-            except RuntimeError as e:
-                assert "rank(s) 1 of group 'late' did not reach collective #0" in str(e), e
-            assert time.monotonic() - start < 30
+            read()
+            raise SystemExit("a host read passed a diverged collective")
+        except RuntimeError as e:  # every later read too: the devices may wait in it
+            assert "diverged at collective #21" in str(e) and "found after it ran" in str(e), e
+            assert "rank 0 runs all_reduce(sum)" in str(e) or "rank 1 runs all_reduce(sum)" in str(e), e
+            assert "runs broadcast(from rank 0)" in str(e), e
+    try:
+        _C._agree_across_processes("behind", desc, [], True)
+        raise SystemExit("a collective ran after a divergence")
+    except RuntimeError as e:
+        assert "diverged at collective #21" in str(e) and "earlier collective" in str(e), e
     store.set("done%d" % rank, "1")
     store.wait(["done0", "done1"])  # rank 0 holds the store
     print("rank %d OK" % rank, flush=True)
@@ -242,11 +240,10 @@ BEHIND_WORKER = textwrap.dedent('''
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
-@pytest.mark.parametrize("case", ["diverge", "late"])
-def test_collectives_checked_behind_raise_before_a_device_value_reaches_the_host(tmp_path, case):
+def test_collectives_checked_behind_raise_before_a_device_value_reaches_the_host(tmp_path):
     # The default checks: a collective that needs nothing from the others runs at once and is
     # checked later, several per store round trip; no host read passes an unchecked one.
-    _two_processes(tmp_path, BEHIND_WORKER, case)
+    _two_processes(tmp_path, BEHIND_WORKER)
 
 
 @pytest.mark.parametrize("platform,size,setting,wanted", [
@@ -320,7 +317,7 @@ P2P_ORDER_WORKER = textwrap.dedent('''
 ''')
 
 
-def _two_processes(tmp_path, worker, *args):
+def _two_processes(tmp_path, worker):
     import socket
 
     with socket.socket() as s:
@@ -329,7 +326,7 @@ def _two_processes(tmp_path, worker, *args):
     script = tmp_path / "worker.py"
     script.write_text(worker)
     env = dict(os.environ, TORCH_TPU_QUIET="1")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port), *args], env=env, stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     for r, (p, (out, err)) in enumerate(zip(procs, outs)):
