@@ -97,10 +97,11 @@ def agreement(a):
     out = [p.communicate()[0] for p in procs][0]
     rounds = [tuple(float(x) for x in line.split()[1:]) for line in out.splitlines() if line.startswith("ROUND")]
     before, behind, gloo = (statistics.median(r[i] for r in rounds) for i in range(3))
-    print(f"{a.ranks} processes, {a.rounds} rounds x {a.iters} collectives, per collective (medians):")
+
     def ratio(i, j):
         return statistics.median(r[i] / r[j] for r in rounds)
 
+    print(f"{a.ranks} processes, {a.rounds} rounds x {a.iters} collectives, per collective (medians):")
     print(f"  checked before it runs: {before * 1e6:.1f} us ({ratio(0, 2):.2f}x Gloo)")
     print(f"  checked behind it (default): {behind * 1e6:.1f} us ({ratio(1, 2):.2f}x Gloo, {ratio(1, 0):.2f}x before)")
     print(f"  Gloo all_reduce of 1 float32: {gloo * 1e6:.1f} us")

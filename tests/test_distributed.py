@@ -214,8 +214,15 @@ BEHIND_WORKER = textwrap.dedent('''
     after = torch_tpu.metrics()
     assert after["collective_checks_behind"] - before["collective_checks_behind"] == 20, (before, after)
     assert after["collective_agreements"] - before["collective_agreements"] == 21, (before, after)
+    # Values every rank once posted alike (buffer shapes) are taken to repeat: exchanged once,
+    # then checked behind, with the values returned as every rank's.
+    _C._register_cross_process_group("shapes", [0, 1], store, rank, 120.0)
+    for behind in (0, 1):
+        start = torch_tpu.metrics()["collective_checks_behind"]
+        assert _C._agree_across_processes("shapes", desc, [4, 6], False, [], True) == [[4, 6], [4, 6]]
+        assert torch_tpu.metrics()["collective_checks_behind"] - start == behind, behind
     value = torch.arange(4.0, device="tpu") * 2
-    assert value.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]  # nothing behind: reads pass
+    assert value.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]  # read back: reads pass
     # A divergence checked behind: each rank goes on, and the next host read of a device value
     # raises it, naming both ranks' collectives.
     mine = desc if rank == 0 else "broadcast(from rank 0) f32[4] over 2 ranks"

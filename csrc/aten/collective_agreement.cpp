@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -43,6 +44,7 @@ struct Agreement {
   CollectiveChecks checks = CollectiveChecks::kBehind;
   std::map<std::string, int64_t> next;  // by channel: the number of this rank's next exchange there
   std::deque<Posted> behind;            // the group's collectives posted and run, not read back yet
+  std::set<std::string> repeating;      // descriptions with the values every rank once posted alike
   std::string broken;                   // the divergence that ended the group's collectives
   std::mutex mu;                        // one exchange at a time per group (the store's keys are per number)
 };
@@ -98,12 +100,17 @@ std::string RankList(const std::vector<int>& ranks) {
   return out;
 }
 
+// Forgets the group's posts behind (caller holds a.mu): read back, or never to be.
+void DropPostsBehind(Agreement& a) {
+  posts_behind -= static_cast<int64_t>(a.behind.size());
+  a.behind.clear();
+}
+
 // Ends the group's collectives with `why` and raises it. The posts behind are dropped: a
 // divergence among them makes every host read raise from now on.
 [[noreturn]] void Break(Agreement& a, const std::string& why, bool found_behind) {
   a.broken = why;
-  posts_behind -= static_cast<int64_t>(a.behind.size());
-  a.behind.clear();
+  DropPostsBehind(a);
   if (found_behind) {
     std::lock_guard<std::mutex> lock(diverged_mu);
     if (diverged_message.empty()) diverged_message = why;
@@ -246,8 +253,7 @@ void RegisterAgreement(const std::string& name, c10::intrusive_ptr<c10d::Store> 
   auto& slot = registry[name];
   if (slot) {  // a group of the same name forgets the last one's posts behind
     std::lock_guard<std::mutex> old(slot->mu);
-    posts_behind -= static_cast<int64_t>(slot->behind.size());
-    slot->behind.clear();
+    DropPostsBehind(*slot);
   }
   slot = std::move(a);
 }
@@ -258,8 +264,7 @@ void ForgetAgreement(const std::string& name) {
   if (it == registry.end()) return;
   {
     std::lock_guard<std::mutex> old(it->second->mu);
-    posts_behind -= static_cast<int64_t>(it->second->behind.size());
-    it->second->behind.clear();
+    DropPostsBehind(*it->second);
   }
   registry.erase(it);
 }
@@ -272,7 +277,7 @@ CollectiveChecks ChecksOf(const std::string& name) {
 
 std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
                                                        const std::vector<int64_t>& host_values, bool only_a_check,
-                                                       const std::vector<int>& members) {
+                                                       const std::vector<int>& members, bool values_repeat) {
   std::shared_ptr<Agreement> a = Find(group);
   if (only_a_check && a->checks == CollectiveChecks::kOff) return {};
   // The wait below may be long: the other ranks' threads of this process (and Python's) go on.
@@ -286,19 +291,31 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
   for (size_t i = 0; i < members.size(); ++i) channel += (i ? "-" : "") + std::to_string(members[i]);
   TORCH_CHECK(std::find(ranks.begin(), ranks.end(), a->rank) != ranks.end(), "torch.distributed on tpu: rank ",
               a->rank, " takes part in an exchange of ranks ", RankList(ranks));
+  const bool may_run_behind = members.empty() && a->checks == CollectiveChecks::kBehind;
+  bool behind = only_a_check && may_run_behind;
+  // Values every rank once posted alike are taken to hold again: posted in the description, so
+  // the check behind compares them.
+  std::string with_values;
+  if (values_repeat && may_run_behind) {
+    with_values = description + " with [";
+    for (size_t i = 0; i < host_values.size(); ++i) with_values += (i ? "," : "") + std::to_string(host_values[i]);
+    with_values += "]";
+    behind = behind || a->repeating.count(with_values) > 0;
+  }
   const int64_t n = a->next[channel]++;
-  a->store->set(Key(*a, channel, n, a->rank), Encode(n, description, host_values));
+  const Posted posted{n, behind && !with_values.empty() ? with_values : description, behind, Clock::now()};
+  a->store->set(Key(*a, channel, n, a->rank),
+                Encode(n, posted.description, behind ? std::vector<int64_t>{} : host_values));
   runtime::GetMetrics().collective_agreements++;
-  const Posted posted{n, description, false, Clock::now()};
-  if (only_a_check && members.empty() && a->checks == CollectiveChecks::kBehind) {
+  if (behind) {
     // Runs at once; read back with later ones, at the latest kBehindWindow collectives on or
     // at the next host read. The older half is surely posted by the time the window fills.
     a->behind.push_back(posted);
-    a->behind.back().behind = true;
     ++posts_behind;
     runtime::GetMetrics().collective_checks_behind++;
     if (a->behind.size() >= kBehindWindow) ReadBackBehind(*a, kBehindWindow / 2, /*wait=*/true);
-    return {};
+    if (!values_repeat) return {};
+    return std::vector<std::vector<int64_t>>(a->size, host_values);
   }
   // Read back now, in one store round trip with the posts behind.
   std::vector<Posted> awaited;
@@ -306,10 +323,9 @@ std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group,
   awaited.push_back(posted);
   std::vector<std::vector<int64_t>> values;
   ReadBack(*a, channel, ranks, awaited, /*wait=*/true, &values);
-  if (members.empty()) {
-    posts_behind -= static_cast<int64_t>(a->behind.size());
-    a->behind.clear();
-  }
+  if (members.empty()) DropPostsBehind(*a);
+  const auto alike = [&](const std::vector<int64_t>& v) { return v == host_values; };
+  if (!with_values.empty() && std::all_of(values.begin(), values.end(), alike)) a->repeating.insert(with_values);
   return values;
 }
 

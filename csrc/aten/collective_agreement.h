@@ -41,11 +41,15 @@ CollectiveChecks ChecksOf(const std::string& name);
 // within the group's timeout, and for every collective after a divergence.
 // `only_a_check`: the caller needs nothing from the others: checked behind (kBehind) or skipped
 // (kOff). `members`: the ranks taking part, in order (a send/recv's pair), numbered apart from the
-// group's collectives and always checked before; empty: every rank.
+// group's collectives and always checked before; empty: every rank. `values_repeat` (kBehind):
+// once every rank posted these values alike for this description, they are taken to hold again
+// (returned as every rank's) and checked behind with it; a rank whose values changed diverges.
+// For values that change only where ranks differ anyway (buffer shapes), not split sizes.
 std::vector<std::vector<int64_t>> AgreeAcrossProcesses(const std::string& group, const std::string& description,
                                                        const std::vector<int64_t>& host_values = {},
                                                        bool only_a_check = false,
-                                                       const std::vector<int>& members = {});
+                                                       const std::vector<int>& members = {},
+                                                       bool values_repeat = false);
 
 // Checks every collective posted behind, of every group: `wait` blocks until the other ranks have
 // posted them (up to the groups' timeouts), else only what they posted already is read. Raises a

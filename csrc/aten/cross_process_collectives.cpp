@@ -7,7 +7,6 @@
 #include <exception>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
@@ -29,8 +28,6 @@ using runtime::CollectiveSpec;
 struct RegisteredGroup {
   std::vector<int64_t> device_ids;  // global PJRT ids, in group rank order
   std::vector<int> world_ranks;     // its ranks' ranks in the world
-  // Collectives with their operand buffer shape that every rank once ran in that same shape.
-  std::set<std::string> uniform_shapes;
 };
 
 std::mutex cross_mu;
@@ -57,7 +54,7 @@ void RegisterCrossProcessGroup(const std::string& name, const std::vector<int64_
                return AgreeAcrossProcesses(name, description, values, /*only_a_check=*/values.empty());
              }});
   std::lock_guard<std::mutex> lock(cross_mu);
-  registered[name] = {device_ids, world_ranks, {}};
+  registered[name] = {device_ids, world_ranks};
 }
 
 std::vector<int> CrossProcessWorldRanks(const std::string& name) { return Registered(name).world_ranks; }
@@ -118,16 +115,15 @@ bool AcrossProcessesOnDevices(const c10d::ProcessGroup& group) {
 // (unless the checks are off): equal shapes on every rank run the program typed in that shape (a
 // TPU's tiled 2-D buffer reaches it without a relayout), else every rank runs the 1-D program.
 // Checked behind (the default), a collective every rank once ran in one buffer shape runs in it
-// again without waiting for the others: the shape is part of what its check compares, after it
-// ran. The plugin's collectives wait for the other processes.
+// again without waiting for the others (the shapes repeat: collective_agreement.h). The plugin's
+// collectives wait for the other processes.
 pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const CollectiveSpec& spec,
                                    const at::Tensor& input) {
   const std::string name = group.getGroupName();
   const std::vector<int64_t> device_ids = CrossProcessDevices(name);
   const std::string description = spec.Describe();
   RunPendingTransfers(name);
-  const CollectiveChecks checks = ChecksOf(name);
-  const bool exchange_shapes = checks != CollectiveChecks::kOff;
+  const bool exchange_shapes = ChecksOf(name) != CollectiveChecks::kOff;
   pjrt::BufferPtr operand;
   std::exception_ptr failed;  // this rank's operand: the others hear of it at once, not at the timeout
   std::string failure;
@@ -142,34 +138,13 @@ pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const Collec
     }
   }
   const std::vector<int64_t> dims = operand ? operand->dims() : std::vector<int64_t>{};
-  std::string in_shape = description + " in a [";
-  for (size_t i = 0; i < dims.size(); ++i) in_shape += (i ? "," : "") + std::to_string(dims[i]);
-  in_shape += "] buffer";
-  bool known_shape = false;
-  if (checks == CollectiveChecks::kBehind && !failed) {
-    std::lock_guard<std::mutex> lock(cross_mu);
-    auto it = registered.find(name);
-    known_shape = it != registered.end() && it->second.uniform_shapes.count(in_shape) > 0;
-  }
-  bool same_shapes = known_shape;
+  std::vector<std::vector<int64_t>> shapes;
   try {
     // Before anything that only some ranks might do: a rank whose collective differs must not
     // leave the others waiting in the plugin.
-    if (failed) {
-      AgreeAcrossProcesses(name, "a collective that failed on its rank (" + failure + ")");
-    } else if (known_shape) {
-      AgreeAcrossProcesses(name, in_shape, {}, /*only_a_check=*/true);
-    } else {
-      auto shapes = AgreeAcrossProcesses(name, description, exchange_shapes ? dims : std::vector<int64_t>{},
-                                         /*only_a_check=*/!exchange_shapes);
-      same_shapes =
-          exchange_shapes && std::all_of(shapes.begin(), shapes.end(), [&](const auto& d) { return d == dims; });
-      if (same_shapes && checks == CollectiveChecks::kBehind) {
-        std::lock_guard<std::mutex> lock(cross_mu);
-        auto it = registered.find(name);
-        if (it != registered.end()) it->second.uniform_shapes.insert(in_shape);
-      }
-    }
+    shapes = AgreeAcrossProcesses(name, failed ? "a collective that failed on its rank (" + failure + ")" : description,
+                                  exchange_shapes ? dims : std::vector<int64_t>{}, /*only_a_check=*/!exchange_shapes,
+                                  {}, /*values_repeat=*/!failed);
   } catch (const std::exception&) {
     if (failed) std::rethrow_exception(failed);
     throw;
@@ -177,7 +152,9 @@ pjrt::BufferPtr RunAcrossProcesses(const c10d::ProcessGroup& group, const Collec
   if (failed) std::rethrow_exception(failed);
   if (spec.numel == 0) return nullptr;
   CollectiveSpec program = spec;
-  if (same_shapes && dims.size() > 1) program.dims = dims;
+  const bool same_shapes =
+      dims.size() > 1 && std::all_of(shapes.begin(), shapes.end(), [&](const auto& d) { return d == dims; });
+  if (same_shapes) program.dims = dims;
   else if (dims.size() > 1) operand = Operand(input);  // copied out 1-D
   try {
     pjrt::ExecutablePtr exe =

@@ -139,7 +139,7 @@ PYBIND11_MODULE(_C, m) {
   // which have no plugin with collectives across processes.
   m.def("_agree_across_processes", &aten::AgreeAcrossProcesses, py::arg("group"), py::arg("description"),
         py::arg("host_values") = std::vector<int64_t>{}, py::arg("only_a_check") = false,
-        py::arg("members") = std::vector<int>{});
+        py::arg("members") = std::vector<int>{}, py::arg("values_repeat") = false);
   m.def("_settle_collective_checks", &aten::SettleCollectiveChecks, py::arg("wait") = true);
   m.def("_global_device_id", [](int index) { return runtime::Runtime::Get().client().device_id(index); });
   m.def("_global_device_count", [] { return runtime::Runtime::Get().client().global_device_count(); });
