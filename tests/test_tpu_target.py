@@ -13,6 +13,9 @@ from torch_tpu import kernels, tpu_target
 
 TOPOLOGY = "v5e:2x2"
 
+# The TPU target compiles in a worker process of its own and sets its own eager modes.
+pytestmark = pytest.mark.mode_independent("compiles for a TPU topology in its own worker; tests set their modes")
+
 # Shapes no other test uses, so each program is compiled (and logged) here, not found in the memory cache.
 M, K, N = 40, 56, 24
 
@@ -196,6 +199,20 @@ def test_compiler_abort_is_an_error_row():
             return (y.to("tpu") * 3).cpu()
     _, rows = _new_rows(next_program)
     assert all(r["ok"] for r in rows)
+
+
+def test_a_waiter_gets_the_work_lock_while_the_drain_thread_waits():
+    # The drain thread waits for programs 0.2 s at a time. It once held the work lock across that
+    # wait and took it again at once, and report(wait=True) waited minutes for it (Python's locks
+    # are not fair). Now the lock is free while the drain waits: every try gets it well within
+    # one drain cycle, and report(wait=True) returns.
+    assert tpu_target._thread is not None and tpu_target._thread.is_alive()
+    for _ in range(10):
+        assert tpu_target._work_lock.acquire(timeout=1.0), "the drain thread kept the work lock"
+        tpu_target._work_lock.release()
+    for _ in range(3):
+        tpu_target.report(wait=True)
+    assert tpu_target._takes_finished > 0
 
 
 def test_missing_libtpu(monkeypatch):

@@ -229,13 +229,30 @@ def _process(programs):
 
 
 _stopping = threading.Event()
+# The drain thread waits for programs without holding _work_lock (a lock held across the wait and
+# taken again at once starved report(), whose waiter Python's unfair lock never woke in time).
+# Its takes are numbered (started, finished), so report(wait=True) waits for the ones started
+# before it was called, and for no later one: a monotonic count cannot starve the waiter.
+_takes = threading.Condition()
+_takes_started = 0
+_takes_finished = 0
 
 
 def _drain_forever():
+    global _takes_started, _takes_finished
     from . import _C
     while not _stopping.is_set():
-        with _work_lock:
-            _process(_C._tpu_target_take(0.2))
+        with _takes:
+            _takes_started += 1
+        try:
+            programs = _C._tpu_target_take(0.2)
+            if programs:
+                with _work_lock:
+                    _process(programs)
+        finally:
+            with _takes:
+                _takes_finished += 1
+                _takes.notify_all()
 
 
 def _stop_at_exit():
@@ -306,8 +323,15 @@ def report(wait=True, clear=False):
     tpu_custom_call). ``wait``: first compiles every program still queued."""
     if wait and topologies():
         from . import _C
+        with _takes:
+            started = _takes_started
         with _work_lock:
             _process(_C._tpu_target_take(0))
+        # A batch the drain thread took before this call is reported too: wait for the take in
+        # progress (at most its 0.2 s wait, plus that batch's compiles) to finish.
+        if _thread is not None and _thread is not threading.current_thread():
+            with _takes:
+                _takes.wait_for(lambda: _takes_finished >= started or _stopping.is_set())
     with _state_lock:
         rows = list(_rows)
         if clear:
