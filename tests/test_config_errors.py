@@ -13,6 +13,8 @@ import pytest
 
 from conftest import cpu_plugin_only, run_python
 
+pytestmark = pytest.mark.mode_independent("settings, files and interrupts: each case that runs ops sets its own mode")
+
 
 def child(code, env, timeout=300):
     return run_python(textwrap.dedent(code), env=env, timeout=timeout)
@@ -188,7 +190,8 @@ def test_plugin_with_a_broken_api_table_is_a_clear_error(kind, tmp_path):
     assert ("NULL" if kind == "null" else "table") in r.stdout, r.stdout
 
 
-def test_keyboard_interrupt_during_the_first_op_stays_one():
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_keyboard_interrupt_during_the_first_op_stays_one(mode):
     # Ctrl-C while the first op loads sympy (lazily, from a Python meta kernel) is simulated
     # by an import hook raising KeyboardInterrupt on the first import of sympy.
     code = """
@@ -212,7 +215,7 @@ def test_keyboard_interrupt_during_the_first_op_stays_one():
         y = torch.ones(3, 4, device="tpu").fill_(2.0)
         print("USABLE", (y @ y.t()).sum(0).cpu().tolist())
     """
-    r = child(code, {})
+    r = child(code, {"TORCH_TPU_EAGER_MODE": mode})
     assert r.returncode == 0, r.stderr
     assert "OTHER" not in r.stdout, r.stdout
     assert "USABLE [48.0, 48.0, 48.0]" in r.stdout, r.stdout + r.stderr

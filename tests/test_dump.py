@@ -5,7 +5,11 @@ import os
 import re
 import textwrap
 
+import pytest
+
 from conftest import run_python
+
+pytestmark = pytest.mark.mode_independent("each case runs in a process that sets its own eager mode")
 
 CODE = """
     import torch, torch_tpu

@@ -4,6 +4,8 @@ import pytest
 
 from torch_tpu.launch_env import JOB_STORE_PREFIX, apply, client_options, cuda_client_options, job_store, tpu_process_env
 
+pytestmark = pytest.mark.mode_independent("pure functions of a launch's environment")
+
 
 def torchrun(local_rank, local_size, rank, size, **extra):
     return dict(LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(local_size), RANK=str(rank),

@@ -184,6 +184,7 @@ def _f32_precisions(files):
     return {p for _, p, t in _products(files) if t.endswith("xf32") or t == "f32"}
 
 
+@pytest.mark.mode_independent("its child processes run each mode named in the parameter")
 @pytest.mark.parametrize("mode", ["strict", "fused", "compiled"])
 def test_emitted_precision_follows_the_setting_and_programs_are_not_reused(tmp_path, mode):
     report = _child(tmp_path, mode, ["highest", "high", "medium", "highest", "high"])

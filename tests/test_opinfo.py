@@ -37,8 +37,10 @@ ALWAYS, REACH = opcheck.gate_always(OPS.values(), torch_tpu.native_ops())
 # absent there, or pass; every other check holds on every release.
 KNOWN_FOR_THIS_RELEASE = _compat.release(torch.__version__) >= (2, 13)
 
-# TORCH_TPU_OPINFO_SHARD=<part> or =all picks the rotating part; unset, the day number does.
-PART, PART_LINE = opcheck.gate_part(os.environ.get("TORCH_TPU_OPINFO_SHARD"), int(time.time() // 86400))
+# TORCH_TPU_OPINFO_SHARD=<part> or =all picks the rotating part; unset, the day number does (the
+# day the run started, TORCH_TPU_OPINFO_DAY, set by tests/conftest.py for every xdist worker).
+PART, PART_LINE = opcheck.gate_part(os.environ.get("TORCH_TPU_OPINFO_SHARD"),
+                                    int(os.environ.get("TORCH_TPU_OPINFO_DAY") or time.time() // 86400))
 ENTRIES = opcheck.gate_entries(OPS.values(), ALWAYS, PART)
 
 

@@ -16,6 +16,8 @@ from torch_tpu import _compat, _plugin
 
 from conftest import cpu_plugin_only, run_python
 
+pytestmark = pytest.mark.mode_independent("packaging, the release check, plugin discovery and the CLI: no eager execution is checked")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from conftest import run_python
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None or importlib.util.find_spec("jax") is None,
-                                reason="needs libtpu and JAX")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("libtpu") is None or importlib.util.find_spec("jax") is None,
+                                 reason="needs libtpu and JAX"),
+              pytest.mark.mode_independent("the JAX side of a bench, compiled for a TPU topology")]
 
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
 

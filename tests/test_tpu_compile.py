@@ -19,8 +19,9 @@ import pytest
 
 from conftest import run_python
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                reason="libtpu (torch-tpu[tpu]) is not installed")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                 reason="libtpu (torch-tpu[tpu]) is not installed"),
+              pytest.mark.mode_independent("its child processes set their own eager mode (strict) and compile for TPU")]
 
 TOPOLOGIES = "v5e:1x1,v6e:1x1"
 ENV = {"TORCH_TPU_TPU_LOWERINGS": "1", "TORCH_TPU_ALSO_COMPILE_FOR": TOPOLOGIES, "TORCH_TPU_QUIET": "1"}
@@ -116,14 +117,10 @@ def _assert_all_compile(code, env=None):
     return report
 
 
-@pytest.mark.skipif(os.environ.get("TORCH_TPU_EAGER_MODE") == "strict",
-                    reason="the same strict programs are compiled in the default pass (CI budget)")
 def test_opinfo_programs_compile_for_tpu():
     _assert_all_compile(OPINFO, {"TORCH_TPU_EAGER_MODE": "strict"})
 
 
-@pytest.mark.skipif(os.environ.get("TORCH_TPU_EAGER_MODE") != "strict",
-                    reason="compiled in the strict pass only (CI budget)")
 def test_model_programs_compile_for_tpu():
     _assert_all_compile(MODELS, {"TORCH_TPU_EAGER_MODE": "strict"})
 

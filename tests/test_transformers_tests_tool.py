@@ -1,10 +1,13 @@
 """tools/transformers_tests.py runs Transformers' tests from the checkout's root, as they expect
 (issue #35: test_can_load_with_global_device_set relaunches pytest with a path relative to it),
 with the device spec importable there, and leaves the checkout as it found it."""
+import pytest
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+pytestmark = pytest.mark.mode_independent("a tool that runs Transformers' tests in processes of its own")
 
 REPO = Path(__file__).resolve().parent.parent
 
