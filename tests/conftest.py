@@ -106,6 +106,7 @@ def last_device():
 def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_plugin_only(reason): checks what only the XLA CPU plugin does")
     config.addinivalue_line("markers", "needs_devices(n): needs n tpu devices")
+    config.addinivalue_line("markers", "mode_independent(reason): runs the same in every eager mode (the fused pass deselects it)")
 
 
 def pytest_runtest_setup(item):
