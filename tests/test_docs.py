@@ -104,13 +104,26 @@ def test_readme_is_short_and_its_guides_exist():
     assert not missing, f"README.md links to guides that do not exist: {missing}"
 
 
+def _anchors(path):
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces to -."""
+    text = FENCE.sub("", path.read_text())
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
 def test_links_between_docs_resolve():
     broken = []
     for path in [ROOT / "README.md", ROOT / "bench" / "README.md"] + sorted(DOCS.glob("*.md")):
-        for target in re.findall(r"\]\(([^)#\s:]+)(?:#[^)]*)?\)", path.read_text()):
-            if not (path.parent / target).exists():
+        text = FENCE.sub("", path.read_text())
+        for target, anchor in re.findall(r"\]\(([^)#\s:]*)(?:#([^)]*))?\)", text):
+            if not target and not anchor:
+                continue
+            file = path.parent / target if target else path
+            if not file.exists():
                 broken.append(f"{_id(path)} -> {target}")
-    assert not broken, f"links to files that do not exist: {broken}"
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+                broken.append(f"{_id(path)} -> {target}#{anchor}")
+    assert not broken, f"links to files or headings that do not exist: {broken}"
 
 
 def _variables_in_code():
