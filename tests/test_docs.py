@@ -141,3 +141,39 @@ def test_env_names_every_variable_the_code_reads():
     documented = set(re.findall(r"\bTORCH_TPU_[A-Z0-9_]*[A-Z0-9]\b", (DOCS / "env.md").read_text()))
     undocumented = sorted(code - documented)
     assert not undocumented, f"docs/env.md does not name: {undocumented}"
+
+
+def test_api_names_in_docs_exist():
+    # Every torch.tpu.* and torch_tpu.* name the docs mention (and tpu_target.* / kernels.*, which
+    # the guides use after importing them) resolves in the installed package.
+    pattern = r"(?<![\w/.-])(torch\.tpu|torch_tpu|tpu_target|kernels)((?:\.[A-Za-z_][A-Za-z0-9_]*)+)"
+    names = set()
+    for path in DOC_FILES + [ROOT / "bench" / "README.md"]:
+        for head, tail in re.findall(pattern, path.read_text()):
+            if tail in (".py", ".cpp", ".h", ".md"):
+                continue  # a file name (csrc/aten/dispatch/kernels.cpp), not an attribute
+            head = {"tpu_target": "torch_tpu.tpu_target", "kernels": "torch_tpu.kernels"}.get(head, head)
+            names.add(head + tail)
+    program = f"""
+import importlib, torch, torch_tpu
+missing = []
+for name in {sorted(names)!r}:
+    parts = name.split(".")
+    obj, i = torch, 1
+    if parts[0] == "torch_tpu":
+        obj, i = torch_tpu, 1
+    for j in range(i, len(parts)):
+        try:
+            obj = getattr(obj, parts[j])
+        except AttributeError:
+            try:
+                obj = importlib.import_module(".".join(parts[:j + 1]))
+            except ImportError:
+                missing.append(name)
+                break
+print(missing)
+"""
+    env = dict(os.environ, TORCH_TPU_QUIET="1")
+    result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]", f"the docs name what does not exist: {result.stdout}"
