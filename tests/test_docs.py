@@ -4,8 +4,9 @@
   blocks in order in one namespace, offline (HF_HUB_OFFLINE=1). A block that cannot run here
   (a TPU, a GPU, a second host) is fenced as ```python-norun instead.
 - docs/design.md names every folder under csrc/, and every csrc/ folder it names exists.
-- README.md stays short and links only to guides that exist; docs/env.md names every
-  TORCH_TPU_* variable the code reads.
+- README.md stays short; links between the docs reach files and headings that exist.
+- docs/env.md names every TORCH_TPU_* variable the code reads, and the docs name no variable
+  and no torch.tpu / torch_tpu API that does not exist.
 """
 import os
 import pathlib
@@ -177,3 +178,17 @@ print(missing)
     result = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[]", f"the docs name what does not exist: {result.stdout}"
+
+
+def test_docs_name_only_variables_that_exist():
+    # The reverse check: a variable the docs name is read somewhere (the package, the tests, the build).
+    known = _variables_in_code()
+    for path in list((ROOT / "tests").rglob("*.py")) + list((ROOT / "tests").rglob("*.h")) + list((ROOT / "tests").rglob("*.cpp")) \
+            + [ROOT / "Makefile", ROOT / "CMakeLists.txt"]:
+        if path.name == "test_docs.py":
+            continue
+        known.update(re.findall(r"\bTORCH_TPU_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+    named = set()
+    for path in DOC_FILES + [ROOT / "bench" / "README.md"]:
+        named.update(re.findall(r"\bTORCH_TPU_[A-Z0-9_]*[A-Z0-9]\b", path.read_text()))
+    assert not sorted(named - known), f"the docs name variables nothing reads: {sorted(named - known)}"
