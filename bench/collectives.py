@@ -14,7 +14,7 @@ needed) and adds the cost model's time and bus bandwidth: the compiler's estimat
     python bench/collectives.py --agreement [--ranks 2] [--rounds 5] [--iters 500]  # more iters than the default 5
 
 instead times what a collective across processes on the devices adds: the ranks' agreement
-through a TCPStore (csrc/aten/collective_agreement.cpp), in that many processes, checked before
+through a TCPStore (csrc/aten/distributed/collective_agreement.cpp), in that many processes, checked before
 each collective and checked behind (the default), against a Gloo all_reduce of one float32 on
 the CPU among the same processes in the same run (the cheapest host collective). Medians of the
 per-round means, and of the per-round ratios.

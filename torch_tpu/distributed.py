@@ -2,7 +2,7 @@
 
 Between processes, collectives on tpu tensors (all_reduce, all_gather, reduce_scatter,
 broadcast, send/recv, ...) run through the process group's CPU backend on host copies
-(csrc/aten/collectives.cpp), so `init_process_group("gloo")` serves tpu tensors as it serves CPU
+(csrc/aten/distributed/collectives.cpp), so `init_process_group("gloo")` serves tpu tensors as it serves CPU
 ones: DDP, DTensor, tensor parallelism and FSDP work across processes, one tpu device each
 (`torch.tpu.set_device(rank)`; `TORCH_TPU_NUM_DEVICES` gives the CPU plugin more than one
 device). The backend name "tpu_dist" (what Transformers asks for on tpu) is Gloo for both cpu
@@ -16,7 +16,7 @@ Where the ranks are threads of one process, one device each (PyTorch's threaded 
 own DTensor tests use; `run_in_threads` here), "tpu_dist" gives an in-process group instead:
 all_reduce, broadcast, all_gather, reduce_scatter, reduce, gather, scatter, all_to_all (single,
 even or uneven splits, list form, functional) and barrier run on the devices as one program
-replicated over the ranks' devices (csrc/aten/device_collectives.cpp), counted in
+replicated over the ranks' devices (csrc/aten/distributed/device_collectives.cpp), counted in
 `collectives_on_device`. send/recv, isend/irecv and batch_isend_irecv run as one
 collective_permute over the two ranks' devices (csrc/runtime/p2p_rendezvous.cpp); posting never
 waits for the partner, `wait()` does. Ranks that issue different collectives (or a send and a
@@ -98,7 +98,7 @@ CHECK_SETTINGS = ("off", "behind", "before")
 
 def collective_checks(env=None):
     """TORCH_TPU_COLLECTIVE_CHECKS: how the ranks of a group across processes check that they run
-    the same collectives (csrc/aten/collective_agreement.h), so that a divergence raises instead
+    the same collectives (csrc/aten/distributed/collective_agreement.h), so that a divergence raises instead
     of hanging the devices:
 
     * ``behind`` (default; also ``1``): every collective is posted to the group's store and runs
@@ -135,9 +135,9 @@ def _register_across_processes(opts):
     """Where the plugin's client spans the processes (libtpu on a TPU slice under torchrun, the
     CUDA plugin), the group's collectives run on the devices: every rank's global PJRT device id
     is exchanged through the group's store, each collective compiles for the group's devices in
-    rank order and each process runs its part (csrc/aten/device_collectives.h); the ranks agree
+    rank order and each process runs its part (csrc/aten/distributed/device_collectives.h); the ranks agree
     on each collective through the store, as collective_checks() says
-    (csrc/aten/collective_agreement.h). The group's
+    (csrc/aten/distributed/collective_agreement.h). The group's
     first collective checks the whole path; if any rank fails it, every rank keeps Gloo, warned.
     Not run on a TPU or across GPUs yet: TORCH_TPU_CROSS_PROCESS_COLLECTIVES=0 keeps Gloo."""
     _C._forget_cross_process_group(opts.group_id)  # a new group may reuse a destroyed one's name

@@ -15,9 +15,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collective_agreement.h"
+#include "distributed/collective_agreement.h"
 #include "common.h"
-#include "dispatch.h"
+#include "dispatch/dispatch.h"
 #include "../runtime/env.h"
 #include "../runtime/metrics.h"
 

@@ -5,11 +5,11 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "collective_agreement.h"
+#include "distributed/collective_agreement.h"
 #include "common.h"
-#include "device_collectives.h"
-#include "dispatch.h"
-#include "precision.h"
+#include "distributed/device_collectives.h"
+#include "dispatch/dispatch.h"
+#include "dispatch/precision.h"
 #include "../lowering/lowering.h"
 #include "../runtime/background_compile.h"
 #include "../runtime/collective_rendezvous.h"

@@ -1,5 +1,5 @@
 // Scaled dot-product attention, the backend behind F.scaled_dot_product_attention on tpu
-// (csrc/aten/nn_ops.cpp picks it through _fused_sdp_choice). Scores, softmax and both matmuls
+// (csrc/aten/dispatch/nn_ops.cpp picks it through _fused_sdp_choice). Scores, softmax and both matmuls
 // run in f32 (rule 10). Masks: a boolean mask keeps True, an additive one is added, is_causal
 // keeps the lower triangle (top-left aligned, as PyTorch's tril). A fully masked row gives
 // zeros (output and gradients), as the CPU kernels do. GQA: fewer key/value heads than query
@@ -175,7 +175,7 @@ std::vector<Value> LowerSdpaBackward(Ctx& ctx, const Args& a) {
 
 // _scaled_dot_product_fused_attention_overrideable(q, k, v, attn_bias?, dropout_p, is_causal,
 // return_debug_mask, *, scale?) -> (out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
-// philox_seed, philox_offset, debug_attn_mask): eager's kernel (csrc/aten/nn_ops.cpp) calls
+// philox_seed, philox_offset, debug_attn_mask): eager's kernel (csrc/aten/dispatch/nn_ops.cpp) calls
 // torch_tpu::_sdpa_forward; a graph calls its lowering. The slots eager leaves empty (and the
 // two sizes) are not values of the program.
 std::vector<Value> LowerSdpaOverrideable(Ctx& ctx, const Args& a) {

@@ -265,7 +265,7 @@ std::vector<Value> LowerEmbedding(Ctx& ctx, const Args& a) {
 }
 
 // torch_tpu::_one_hot(self, num_classes): out[..., c] = (self[...] == c) as int64, the rows of
-// an identity matrix (csrc/aten/nn_ops.cpp routes aten::one_hot here). A class value outside
+// an identity matrix (csrc/aten/dispatch/nn_ops.cpp routes aten::one_hot here). A class value outside
 // [0, num_classes) raises the CPU's message (negative ones first, as the CPU checks them first).
 std::vector<Value> LowerOneHot(Ctx& ctx, const Args& a) {
   Value x = S64(ctx, a.tensor("self"));

@@ -5,7 +5,8 @@
 // times the weight derivatives (grad_grid).
 //
 // The forward repeats PyTorch's CPU arithmetic op by op in the input's own type: in f16/bf16
-// every step rounds, and a coordinate computed in f32 lands on other pixels. The 2-D CPU kernel
+// every step rounds, and a coordinate computed in f32 lands on other pixels (f16 is held in f32
+// and rounded after every op, the same on every host: Arith). The 2-D CPU kernel
 // is the vectorized one (GridSamplerKernel.cpp), the 3-D one the scalar one (GridSampler.h);
 // their unnormalize, reflection and weight formulas differ in rounding, so both are followed.
 // The backward accumulates in f32 for f16/bf16.
@@ -27,81 +28,97 @@ Sampler SamplerOf(const Args& a, bool three_d) {
   return {a.int_("interpolation_mode"), a.int_("padding_mode"), a.bool_("align_corners"), three_d};
 }
 
-Value K(Ctx& ctx, double v, const Value& like) { return Const(ctx, v, like); }
-
-Value Less(Ctx& ctx, Value x, Value y) { return ctx.b.Compare(Cmp::LT, x, y); }
+// The coordinate and weight arithmetic, in the grid's type. An f16 grid is held in f32 and every
+// result rounded to f16 (RoundToF16): native f16 code let XLA's CPU compiler fuse a multiply and
+// an add into one rounding on hosts with AVX512-FP16, and points moved against the CPU's there.
+struct Arith {
+  Ctx& ctx;
+  bool f16_in_f32;
+  Value R(Value v) const { return f16_in_f32 ? RoundToF16(ctx, v) : v; }
+  Value add(Value x, Value y) const { return R(Add(ctx, x, y)); }
+  Value sub(Value x, Value y) const { return R(Sub(ctx, x, y)); }
+  Value mul(Value x, Value y) const { return R(Mul(ctx, x, y)); }
+  Value div(Value x, Value y) const { return R(Div(ctx, x, y)); }
+  Value k(double v, const Value& like) const { return R(Const(ctx, v, like)); }
+  // Exact in any type: no rounding needed.
+  Value unary(const char* op, Value x) const { return ctx.b.Unary(op, x); }
+  Value rem(Value x, Value y) const { return ctx.b.Binary("remainder", x, y); }
+  Value less(Value x, Value y) const { return ctx.b.Compare(Cmp::LT, x, y); }
+  Value cmp(Cmp c, Value x, Value y) const { return ctx.b.Compare(c, x, y); }
+  Value select(Value p, Value x, Value y) const { return ctx.b.Select(p, x, y); }
+};
 
 // Grid value in [-1, 1] -> source coordinate (align_corners: -1 and 1 are the corner pixels'
 // centres; otherwise their outer edges).
-Value Unnormalize(Ctx& ctx, Value g, int64_t size, const Sampler& s) {
-  Value one = K(ctx, 1, g);
+Value Unnormalize(const Arith& m, Value g, int64_t size, const Sampler& s) {
+  Value one = m.k(1, g);
   if (s.scalar) {
-    if (s.align) return Mul(ctx, Div(ctx, Add(ctx, g, one), K(ctx, 2, g)), K(ctx, size - 1, g));
-    return Div(ctx, Sub(ctx, Mul(ctx, Add(ctx, g, one), K(ctx, size, g)), one), K(ctx, 2, g));
+    if (s.align) return m.mul(m.div(m.add(g, one), m.k(2, g)), m.k(size - 1, g));
+    return m.div(m.sub(m.mul(m.add(g, one), m.k(size, g)), one), m.k(2, g));
   }
-  Value scaled = Mul(ctx, Add(ctx, g, one), K(ctx, s.align ? (size - 1) / 2.0 : size / 2.0, g));
-  return s.align ? scaled : Sub(ctx, scaled, K(ctx, 0.5, g));
+  Value scaled = m.mul(m.add(g, one), m.k(s.align ? (size - 1) / 2.0 : size / 2.0, g));
+  return s.align ? scaled : m.sub(scaled, m.k(0.5, g));
 }
 
 // Clamp to [0, size - 1]; NaN becomes 0.
-Value Clip(Ctx& ctx, Value x, int64_t size) {
-  Value zero = K(ctx, 0, x), hi = K(ctx, size - 1, x);
-  x = ctx.b.Select(ctx.b.Compare(Cmp::GT, x, zero), x, zero);
-  return ctx.b.Select(Less(ctx, x, hi), x, hi);
+Value Clip(const Arith& m, Value x, int64_t size) {
+  Value zero = m.k(0, x), hi = m.k(size - 1, x);
+  x = m.select(m.cmp(Cmp::GT, x, zero), x, zero);
+  return m.select(m.less(x, hi), x, hi);
 }
 
 // Reflection off the borders (pixel centres with align_corners, else the outer edges) until the
 // coordinate lies inside; `sign` receives d result / d x.
-Value Reflect(Ctx& ctx, Value x, int64_t size, const Sampler& s, Value* sign) {
+Value Reflect(const Arith& m, Value x, int64_t size, const Sampler& s, Value* sign) {
   if (s.align && size <= 1) {
-    *sign = K(ctx, 0, x);
-    return K(ctx, 0, x);
+    *sign = m.k(0, x);
+    return m.k(0, x);
   }
   double low = s.align ? 0 : -0.5, span = s.align ? size - 1 : size;
-  Value v = s.align ? x : Sub(ctx, x, K(ctx, low, x));
-  Value negative = Less(ctx, v, K(ctx, 0, x));
-  Value a = ctx.b.Unary("abs", v), flipped, r;
+  Value v = s.align ? x : m.sub(x, m.k(low, x));
+  Value negative = m.less(v, m.k(0, x));
+  Value a = m.unary("abs", v), flipped, r;
   if (s.scalar) {  // fmod by the span; odd numbers of spans flip
-    Value extra = ctx.b.Binary("remainder", a, K(ctx, span, x));
-    Value flips = ctx.b.Unary("floor", Div(ctx, a, K(ctx, span, x)));
-    flipped = ctx.b.Compare(Cmp::NE, ctx.b.Binary("remainder", flips, K(ctx, 2, x)), K(ctx, 0, x));
-    r = ctx.b.Select(flipped, Sub(ctx, K(ctx, span, x), extra), extra);
+    Value extra = m.rem(a, m.k(span, x));
+    Value flips = m.unary("floor", m.div(a, m.k(span, x)));
+    flipped = m.cmp(Cmp::NE, m.rem(flips, m.k(2, x)), m.k(0, x));
+    r = m.select(flipped, m.sub(m.k(span, x), extra), extra);
   } else {  // whole double spans removed, then one more flip when past the far border
-    Value twice = K(ctx, 2 * span, x);
-    Value extra = Sub(ctx, a, Mul(ctx, ctx.b.Unary("floor", Div(ctx, a, twice)), twice));
-    Value reflected = Sub(ctx, twice, extra);
-    flipped = ctx.b.Compare(Cmp::GT, extra, reflected);
-    r = ctx.b.Select(flipped, reflected, extra);
+    Value twice = m.k(2 * span, x);
+    Value extra = m.sub(a, m.mul(m.unary("floor", m.div(a, twice)), twice));
+    Value reflected = m.sub(twice, extra);
+    flipped = m.cmp(Cmp::GT, extra, reflected);
+    r = m.select(flipped, reflected, extra);
   }
-  *sign = ctx.b.Select(ctx.b.Binary("xor", flipped, negative), K(ctx, -1, x), K(ctx, 1, x));
-  return s.align ? r : Add(ctx, r, K(ctx, low, x));
+  *sign = m.select(m.ctx.b.Binary("xor", flipped, negative), m.k(-1, x), m.k(1, x));
+  return s.align ? r : m.add(r, m.k(low, x));
 }
 
 // compute_coordinates: the padding mode applied to a source coordinate. `mult` (optional), the
 // derivative so far, is multiplied by the padding's derivative (0 on and beyond the borders).
-Value Pad(Ctx& ctx, Value x, int64_t size, const Sampler& s, Value* mult) {
+Value Pad(const Arith& m, Value x, int64_t size, const Sampler& s, Value* mult) {
   if (s.padding == kReflection) {
     Value sign;
-    x = Reflect(ctx, x, size, s, &sign);
-    if (mult) *mult = Mul(ctx, sign, *mult);
+    x = Reflect(m, x, size, s, &sign);
+    if (mult) *mult = m.mul(sign, *mult);
   }
   if (s.padding != kZeros) {
-    Value inside = And(ctx, ctx.b.Compare(Cmp::GT, x, K(ctx, 0, x)), Less(ctx, x, K(ctx, size - 1, x)));
-    if (mult) *mult = ctx.b.Select(inside, *mult, K(ctx, 0, x));
-    x = Clip(ctx, x, size);
+    Value inside = And(m.ctx, m.cmp(Cmp::GT, x, m.k(0, x)), m.less(x, m.k(size - 1, x)));
+    if (mult) *mult = m.select(inside, *mult, m.k(0, x));
+    x = Clip(m, x, size);
   }
   if (s.scalar) {  // safe_downgrade_to_int_range: NaN and huge coordinates read nothing
-    Value ok = ctx.b.Compare(Cmp::LE, ctx.b.Unary("abs", x), K(ctx, 2147483647.0, x));
-    x = ctx.b.Select(ok, x, K(ctx, -100, x));
+    Value ok = m.cmp(Cmp::LE, m.unary("abs", x), m.k(2147483647.0, x));
+    x = m.select(ok, x, m.k(-100, x));
   }
   return x;
 }
 
 // An integral coordinate as an s64 position, clamped to [-2, size] (still outside when outside).
-Value ToIndex(Ctx& ctx, Value x, int64_t size) {
-  Value lo = K(ctx, -2, x), hi = K(ctx, size, x);
-  x = ctx.b.Select(ctx.b.Compare(Cmp::GT, x, lo), x, lo);  // NaN -> -2
-  return ctx.b.Convert(ctx.b.Select(Less(ctx, x, hi), x, hi), ElemType::S64);
+Value ToIndex(const Arith& m, Value x, int64_t size) {
+  Value lo = m.k(-2, x), hi = m.k(size, x);
+  x = m.select(m.cmp(Cmp::GT, x, lo), x, lo);  // NaN -> -2
+  return m.ctx.b.Convert(m.select(m.less(x, hi), x, hi), ElemType::S64);
 }
 
 // The taps of one spatial dim for every point: positions, weights, d weight / d coordinate,
@@ -113,46 +130,46 @@ struct Axis {
 
 // Keys' cubic convolution weights (A = -0.75) at distances 1 + t, t, 1 - t, 2 - t, in the CPU
 // kernel's order of operations, and their derivatives in t.
-void Cubic(Ctx& ctx, Value t, Axis& ax) {
+void Cubic(const Arith& m, Value t, Axis& ax) {
   const double A = -0.75;
-  auto k = [&](double v) { return K(ctx, v, t); };
+  auto k = [&](double v) { return m.k(v, t); };
   auto far = [&](Value x) {  // ((A x - 5A) x + 8A) x - 4A for 1 <= x <= 2
-    return Sub(ctx, Mul(ctx, Add(ctx, Mul(ctx, Sub(ctx, Mul(ctx, k(A), x), k(5 * A)), x), k(8 * A)), x), k(4 * A));
+    return m.sub(m.mul(m.add(m.mul(m.sub(m.mul(k(A), x), k(5 * A)), x), k(8 * A)), x), k(4 * A));
   };
   auto near = [&](Value x) {  // ((A + 2) x - (A + 3)) x x + 1 for x <= 1
-    return Add(ctx, Mul(ctx, Mul(ctx, Sub(ctx, Mul(ctx, k(A + 2), x), k(A + 3)), x), x), k(1));
+    return m.add(m.mul(m.mul(m.sub(m.mul(k(A + 2), x), k(A + 3)), x), x), k(1));
   };
-  auto dfar = [&](Value x) { return Add(ctx, Mul(ctx, Sub(ctx, Mul(ctx, k(3 * A), x), k(10 * A)), x), k(8 * A)); };
-  auto dnear = [&](Value x) { return Mul(ctx, Sub(ctx, Mul(ctx, k(3 * (A + 2)), x), k(2 * (A + 3))), x); };
-  Value t1 = Add(ctx, t, k(1)), u = Sub(ctx, k(1), t), u1 = Sub(ctx, k(2), t);
+  auto dfar = [&](Value x) { return m.add(m.mul(m.sub(m.mul(k(3 * A), x), k(10 * A)), x), k(8 * A)); };
+  auto dnear = [&](Value x) { return m.mul(m.sub(m.mul(k(3 * (A + 2)), x), k(2 * (A + 3))), x); };
+  Value t1 = m.add(t, k(1)), u = m.sub(k(1), t), u1 = m.sub(k(2), t);
   ax.weight = {far(t1), near(t), near(u), far(u1)};
-  ax.dweight = {dfar(t1), dnear(t), Sub(ctx, k(0), dnear(u)), Sub(ctx, k(0), dfar(u1))};
+  ax.dweight = {dfar(t1), dnear(t), m.sub(k(0), dnear(u)), m.sub(k(0), dfar(u1))};
 }
 
-Axis AxisTaps(Ctx& ctx, Value g, int64_t size, const Sampler& s) {
+Axis AxisTaps(const Arith& m, Value g, int64_t size, const Sampler& s) {
   Axis ax;
-  Value x = Unnormalize(ctx, g, size, s);
-  ax.mult = K(ctx, s.align ? (size - 1) / 2.0 : size / 2.0, g);
-  Value one = K(ctx, 1, g);
+  Value x = Unnormalize(m, g, size, s);
+  ax.mult = m.k(s.align ? (size - 1) / 2.0 : size / 2.0, g);
+  Value one = m.k(1, g);
   if (s.interp == kBicubic) {  // padding applies to each tap's position, not to x
-    Value fl = ctx.b.Unary("floor", x);
-    Cubic(ctx, Sub(ctx, x, fl), ax);
-    for (int k = -1; k <= 2; ++k) ax.index.push_back(ToIndex(ctx, Pad(ctx, Add(ctx, fl, K(ctx, k, g)), size, s, nullptr), size));
+    Value fl = m.unary("floor", x);
+    Cubic(m, m.sub(x, fl), ax);
+    for (int k = -1; k <= 2; ++k) ax.index.push_back(ToIndex(m, Pad(m, m.add(fl, m.k(k, g)), size, s, nullptr), size));
     return ax;
   }
-  x = Pad(ctx, x, size, s, &ax.mult);
+  x = Pad(m, x, size, s, &ax.mult);
   if (s.interp == kNearest) {
-    ax.index = {ToIndex(ctx, ctx.b.Unary("round_nearest_even", x), size)};
+    ax.index = {ToIndex(m, m.unary("round_nearest_even", x), size)};
     ax.weight = {one};
-    ax.dweight = {K(ctx, 0, g)};
+    ax.dweight = {m.k(0, g)};
     return ax;
   }
-  Value fl = ctx.b.Unary("floor", x);
-  Value i0 = ToIndex(ctx, fl, size);
-  ax.index = {i0, Add(ctx, i0, ConstI(ctx, 1, i0))};
-  Value w1 = Sub(ctx, x, fl);
-  ax.weight = {s.scalar ? Sub(ctx, Add(ctx, fl, one), x) : Sub(ctx, one, w1), w1};
-  ax.dweight = {K(ctx, -1, g), one};
+  Value fl = m.unary("floor", x);
+  Value i0 = ToIndex(m, fl, size);
+  ax.index = {i0, Add(m.ctx, i0, ConstI(m.ctx, 1, i0))};
+  Value w1 = m.sub(x, fl);
+  ax.weight = {s.scalar ? m.sub(m.add(fl, one), x) : m.sub(one, w1), w1};
+  ax.dweight = {m.k(-1, g), one};
   return ax;
 }
 
@@ -166,6 +183,7 @@ struct Tap {
 // Everything the forward and backward share: the input as rows, the axes (in spatial order,
 // fed by grid components nd - 1 ... 0), and the taps in row-major order of the axes.
 struct Plan {
+  bool f16_in_f32;  // an f16 grid's arithmetic runs in f32, rounded to f16 (Arith)
   int64_t n, c, points, total;
   std::vector<int64_t> spatial, out;  // input and output spatial sizes
   std::vector<Axis> axes;
@@ -180,11 +198,13 @@ Plan MakePlan(Ctx& ctx, const TensorType& input, Value grid, const Sampler& s) {
   p.spatial.assign(input.dims.begin() + 2, input.dims.end());
   p.out.assign(grid.type.dims.begin() + 1, grid.type.dims.end() - 1);
   p.points = grid.type.numel() / nd;
-  Value g = ctx.b.Reshape(grid, {p.points, nd});
+  p.f16_in_f32 = grid.type.elem == ElemType::F16;
+  Arith m{ctx, p.f16_in_f32};
+  Value g = ctx.b.Reshape(p.f16_in_f32 ? ctx.b.Convert(grid, ElemType::F32) : grid, {p.points, nd});
   for (int64_t d = 0; d < nd; ++d) {
     int64_t comp = nd - 1 - d;
     Value gd = ctx.b.Reshape(ctx.b.Slice(g, {0, comp}, {p.points, comp + 1}, {1, 1}), {p.points});
-    p.axes.push_back(AxisTaps(ctx, gd, p.spatial[d], s));
+    p.axes.push_back(AxisTaps(m, gd, p.spatial[d], s));
   }
   int64_t per_image = 1;
   for (int64_t size : p.spatial) per_image *= size;
@@ -199,7 +219,7 @@ Plan MakePlan(Ctx& ctx, const TensorType& input, Value grid, const Sampler& s) {
     for (const Tap& t : taps) {
       for (size_t k = 0; k < p.axes[d].index.size(); ++k) {
         Value i = p.axes[d].index[k];
-        Value in = And(ctx, ctx.b.Compare(Cmp::GE, i, ConstI(ctx, 0, i)), Less(ctx, i, ConstI(ctx, p.spatial[d], i)));
+        Value in = And(ctx, ctx.b.Compare(Cmp::GE, i, ConstI(ctx, 0, i)), ctx.b.Compare(Cmp::LT, i, ConstI(ctx, p.spatial[d], i)));
         Tap u{Add(ctx, t.row, Mul(ctx, i, ConstI(ctx, stride, i))), And(ctx, t.valid, in), t.k};
         u.k.push_back(static_cast<int>(k));
         next.push_back(u);
@@ -233,15 +253,16 @@ Value Unrows(Ctx& ctx, Value rows, int64_t n, const std::vector<int64_t>& rest) 
 // The tap's input values [P, C], zero outside.
 Value Read(Ctx& ctx, Value rows, const Tap& t) {
   Value v = Take(ctx, rows, 0, t.row);
-  return ctx.b.Select(ctx.b.BroadcastInDim(t.valid, v.type.dims, {0}), v, K(ctx, 0, v));
+  return ctx.b.Select(ctx.b.BroadcastInDim(t.valid, v.type.dims, {0}), v, Const(ctx, 0, v));
 }
 
 Value PerPoint(Ctx& ctx, Value w, const Value& like) { return ctx.b.BroadcastInDim(w, like.type.dims, {0}); }
 
 // The tap's weight: the axes' weights multiplied from the last spatial dim to the first.
 Value TapWeight(Ctx& ctx, const Plan& p, const Tap& t) {
+  Arith m{ctx, p.f16_in_f32};
   Value w = p.axes.back().weight[t.k.back()];
-  for (size_t d = p.axes.size() - 1; d-- > 0;) w = Mul(ctx, w, p.axes[d].weight[t.k[d]]);
+  for (size_t d = p.axes.size() - 1; d-- > 0;) w = m.mul(w, p.axes[d].weight[t.k[d]]);
   return w;
 }
 
@@ -252,27 +273,30 @@ std::vector<Value> LowerGridSampler(Ctx& ctx, const Args& a) {
   Value x = a.tensor("input");
   Sampler s = SamplerOf(a, x.type.rank() == 5);
   Plan p = MakePlan(ctx, x.type, a.tensor("grid"), s);
+  Arith m{ctx, p.f16_in_f32};
   Value rows = Rows(ctx, x), out;
+  if (p.f16_in_f32) rows = ctx.b.Convert(rows, ElemType::F32);
   if (s.interp == kBicubic) {  // rows of x taps first, then the column of rows
     const Axis &ay = p.axes[0], &ax = p.axes[1];
     for (int j = 0; j < 4; ++j) {
       Value row;
       for (int i = 0; i < 4; ++i) {
         Value v = Read(ctx, rows, p.taps[j * 4 + i]);
-        v = Mul(ctx, PerPoint(ctx, ax.weight[i], v), v);
-        row = i ? Add(ctx, row, v) : v;
+        v = m.mul(PerPoint(ctx, ax.weight[i], v), v);
+        row = i ? m.add(row, v) : v;
       }
-      Value v = Mul(ctx, PerPoint(ctx, ay.weight[j], row), row);
-      out = j ? Add(ctx, out, v) : v;
+      Value v = m.mul(PerPoint(ctx, ay.weight[j], row), row);
+      out = j ? m.add(out, v) : v;
     }
   } else {
     for (size_t i = 0; i < p.taps.size(); ++i) {
       Value v = Read(ctx, rows, p.taps[i]);
-      if (s.interp == kBilinear) v = Mul(ctx, v, PerPoint(ctx, TapWeight(ctx, p, p.taps[i]), v));
-      out = i ? Add(ctx, out, v) : v;
+      if (s.interp == kBilinear) v = m.mul(v, PerPoint(ctx, TapWeight(ctx, p, p.taps[i]), v));
+      out = i ? m.add(out, v) : v;
     }
   }
-  return {Unrows(ctx, out, p.n, p.out)};
+  out = Unrows(ctx, out, p.n, p.out);
+  return {p.f16_in_f32 ? ctx.b.Convert(out, t.elem) : out};
 }
 
 // grid_sampler_2d/3d_backward(grad_output, input, grid, interpolation_mode, padding_mode,

@@ -29,6 +29,16 @@ std::vector<Value> OpmathResult(Ctx& ctx, Value v, size_t out) { return {Convert
 Value Const(Ctx& ctx, double v, const Value& like) { return ctx.b.Constant(v, like.type); }
 Value ConstI(Ctx& ctx, int64_t v, const Value& like) { return ctx.b.ConstantInt(v, like.type); }
 
+// reduce_precision models f16's exponent range but flushes its subnormals (below 2^-14) to zero;
+// those lie on a fixed grid of 2^-24 and are rounded on it (scaling by a power of two is exact).
+Value RoundToF16(Ctx& ctx, Value x) {
+  Value normal = ctx.b.Op1("stablehlo.reduce_precision", {x}, x.type, "exponent_bits = 5 : i32, mantissa_bits = 10 : i32");
+  Value grid = Mul(ctx, ctx.b.Unary("round_nearest_even", Mul(ctx, x, Const(ctx, 16777216.0, x))),
+                   Const(ctx, 1.0 / 16777216.0, x));
+  Value subnormal = ctx.b.Compare(Cmp::LT, ctx.b.Unary("abs", x), Const(ctx, 1.0 / 16384.0, x));
+  return ctx.b.Select(subnormal, grid, normal);
+}
+
 // log(exp(a) + exp(b)) without overflow: max + log1p(exp(min - max)); an -inf operand leaves
 // the other, +inf stays +inf, NaN propagates.
 Value LogAddExp(Ctx& ctx, Value a, Value b) {

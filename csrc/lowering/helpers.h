@@ -21,6 +21,10 @@ Value Bin(Ctx& ctx, const char* op, Value x, Value y);
 Value IsNan(Ctx& ctx, Value x);          // false for non-float types
 Value Const(Ctx& ctx, double v, const Value& like);  // a splat of v shaped like `like`
 Value ConstI(Ctx& ctx, int64_t v, const Value& like);
+// An f32 value rounded to the nearest f16 value (ties to even, overflow to inf), kept in f32:
+// what one f16 operation's result is. Arithmetic meant to round like f16 on every host runs in
+// f32 through this, not in native f16, which a compiler may contract (a*b+c in one rounding).
+Value RoundToF16(Ctx& ctx, Value x);
 
 // StableHLO/CHLO op `op` over operands of one type, in that type.
 Value Apply(Ctx& ctx, const char* op, Value x);

@@ -33,7 +33,7 @@ Value BiasGrad(Ctx& ctx, Value grad_gates, bool has_bias, size_t out) {
 }
 
 // _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias?, hidden_bias?) -> (hy, cy, workspace)
-// (eager runs it as torch_tpu::_lstm_cell, see csrc/aten/nn_ops.cpp):
+// (eager runs it as torch_tpu::_lstm_cell, see csrc/aten/dispatch/nn_ops.cpp):
 // (i, f, g, o) = (sigmoid, sigmoid, tanh, sigmoid) of the summed gates; cy = f cx + i g; hy = o tanh(cy).
 std::vector<Value> LowerLstmCell(Ctx& ctx, const Args& a) {
   Value gates = Bin(ctx, "add", Acc(ctx, a.tensor("input_gates")), Acc(ctx, a.tensor("hidden_gates")));

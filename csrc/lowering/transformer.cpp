@@ -130,7 +130,7 @@ std::vector<Value> LowerMaskedSoftmaxBackward(Ctx& ctx, const Args& a) {
 // _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
 // proj_weight, proj_bias, mask?, need_weights, average_attn_weights, mask_type?) -> (out, weights):
 // weights are the probabilities [B, H, T, S], averaged over heads when asked, else empty (eager
-// runs it as torch_tpu::_native_multi_head_attention, which csrc/aten/nn_ops.cpp turns into
+// runs it as torch_tpu::_native_multi_head_attention, which csrc/aten/dispatch/nn_ops.cpp turns into
 // the undefined weights the CPU returns).
 std::vector<Value> LowerNativeMultiHeadAttention(Ctx& ctx, const Args& a) {
   Value q = Acc(ctx, a.tensor(0));

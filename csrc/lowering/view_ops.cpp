@@ -1,4 +1,4 @@
-// View ops as graph values. In eager a view only changes metadata (csrc/aten/kernels.cpp
+// View ops as graph values. In eager a view only changes metadata (csrc/aten/dispatch/kernels.cpp
 // registers PyTorch's native view kernels), so these lowerings are graph-only: in a
 // torch.compile graph a view node is a new value computed from its operand's logical array.
 #include <algorithm>

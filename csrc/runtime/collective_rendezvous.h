@@ -42,7 +42,7 @@ struct CollectiveArrival {
 // them): a replicated program is compiled for the group's global device ids and this process
 // runs its own replica. `agree` runs first with the program's description and this rank's
 // host values, raises when another rank's description differs, and returns every rank's
-// values in rank order (the store exchange of csrc/aten/collective_agreement.h; with no values
+// values in rank order (the store exchange of csrc/aten/distributed/collective_agreement.h; with no values
 // it may be only a check, returning none).
 struct CrossProcessReplicas {
   std::vector<int64_t> device_ids;  // PJRT global ids, in group rank order

@@ -1,6 +1,6 @@
 // A Program: one compiled module and where each of its parameters and results comes from
-// and goes to at run time. Eager ops (csrc/aten/op_program.cpp) and torch.compile graphs
-// (csrc/aten/compiled_graph.cpp) both build one; the Executor runs it.
+// and goes to at run time. Eager ops (csrc/aten/dispatch/op_program.cpp) and torch.compile graphs
+// (csrc/aten/compiled/compiled_graph.cpp) both build one; the Executor runs it.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 
 Dynamo hands the backend an FX graph; AOTAutograd (core ATen decompositions) turns it into
 a forward and a backward graph (or one inference graph) of ATen ops; each becomes one
-StableHLO program, built in csrc/aten/compiled_graph.cpp by calling every node's lowering from the
+StableHLO program, built in csrc/aten/compiled/compiled_graph.cpp by calling every node's lowering from the
 table eager uses, and compiled through the runtime's memory and disk caches. Nodes that have
 no lowering run eagerly on tpu between compiled pieces of the graph.
 
@@ -18,7 +18,7 @@ Loaded lazily: the "tpu" name reaches Dynamo through the `torch_dynamo_backends`
 so `import torch_tpu` does not import Dynamo.
 
 The package, by concern: describe.py turns an FX graph into the description the C++ side
-lowers (reading each argument's role from the one argument model in csrc/aten/arguments.h);
+lowers (reading each argument's role from the one argument model in csrc/aten/dispatch/arguments.h);
 partition.py lowers a whole graph or the lowerable pieces of it; decompositions.py is the
 table AOTAutograd decomposes with; backend.py is the Dynamo backend.
 """

@@ -103,7 +103,7 @@ def _partition_fn():
 
 def backend(gm, example_inputs, **kwargs):
     """The "tpu" Dynamo backend: AOTAutograd with core ATen decompositions, each forward,
-    backward and inference graph lowered to one program (csrc/aten/compiled_graph.cpp)."""
+    backward and inference graph lowered to one program (csrc/aten/compiled/compiled_graph.cpp)."""
     global _aot_backend
     if kwargs.get("options"):
         warnings.warn(f"torch.compile(backend='tpu') ignores options {sorted(kwargs['options'])}")

@@ -1,4 +1,4 @@
-"""Describing an FX graph of ATen ops as the tuple csrc/aten/compiled_graph.cpp lowers:
+"""Describing an FX graph of ATen ops as the tuple csrc/aten/compiled/compiled_graph.cpp lowers:
 inputs, nodes (op, arguments, result types) and outputs. Each argument is encoded by the role
 the C++ argument model gives it (_C._op_arguments); the kinds of the encoding are named by the
 C++ side (_C._arg_kinds), not mirrored here."""
@@ -28,7 +28,7 @@ class _CpuOperand(_HostWork):
 _SOFT, _HOST, _HARD = "soft", "host", "hard"
 
 
-# Argument kinds of the description, as csrc/aten/compiled_graph.cpp names them.
+# Argument kinds of the description, as csrc/aten/compiled/compiled_graph.cpp names them.
 _KIND = _C._arg_kinds()
 # Output kinds: a value of the program, an input returned as is, or None.
 _OUT_VALUE, _OUT_INPUT, _OUT_NONE = range(3)
@@ -36,7 +36,7 @@ _OUT_VALUE, _OUT_INPUT, _OUT_NONE = range(3)
 
 @functools.lru_cache(maxsize=None)
 def _roles(op):
-    """(names, roles) of `op`'s arguments from the C++ argument model (csrc/aten/arguments.h)."""
+    """(names, roles) of `op`'s arguments from the C++ argument model (csrc/aten/dispatch/arguments.h)."""
     found = _C._op_arguments(op)
     return found if found is not None else ((), ())
 
@@ -187,7 +187,7 @@ def _opaque(val):
 
 
 class _Describer:
-    """Turns an FX graph of ATen ops into the tuple csrc/aten/compiled_graph.cpp reads."""
+    """Turns an FX graph of ATen ops into the tuple csrc/aten/compiled/compiled_graph.cpp reads."""
 
     def __init__(self, gm, eager_cpu=frozenset(), piece=False):
         self.gm = gm

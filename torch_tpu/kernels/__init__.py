@@ -366,7 +366,7 @@ class Kernel:
 
     def _refuse(self, *args, **kwargs):
         # Also reached when Meta inference of a tpu call failed and is replayed on the CPU to
-        # get the CPU's error (csrc/aten/op_program.cpp RunMeta): raise the kernel's own error.
+        # get the CPU's error (csrc/aten/dispatch/op_program.cpp RunMeta): raise the kernel's own error.
         tensors, key = self._flat(args, kwargs)
         in_types = self._types(tensors)
         self._signature(key, in_types)

@@ -16,15 +16,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "arguments.h"
+#include "../dispatch/arguments.h"
 #include "graph_description.h"
-#include "operands.h"
-#include "precision.h"
+#include "../dispatch/operands.h"
+#include "../dispatch/precision.h"
 #include "replicated_graph.h"
-#include "storage_layout.h"
-#include "torch_compat.h"
-#include "../runtime/background_compile.h"
-#include "../runtime/executor.h"
+#include "../storage/storage_layout.h"
+#include "../torch_compat.h"
+#include "../../runtime/background_compile.h"
+#include "../../runtime/executor.h"
 
 namespace py = pybind11;
 

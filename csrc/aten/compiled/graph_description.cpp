@@ -4,7 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "torch_compat.h"
+#include "../torch_compat.h"
 
 namespace py = pybind11;
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "arguments.h"
-#include "common.h"
+#include "../dispatch/arguments.h"
+#include "../common.h"
 
 namespace tpu::aten::graph {
 

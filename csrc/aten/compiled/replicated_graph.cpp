@@ -4,8 +4,8 @@
 
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 
-#include "device_collectives.h"
-#include "../runtime/collective_rendezvous.h"
+#include "../distributed/device_collectives.h"
+#include "../../runtime/collective_rendezvous.h"
 
 namespace py = pybind11;
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "../lowering/replicas.h"
-#include "../runtime/program.h"
+#include "../../lowering/replicas.h"
+#include "../../runtime/program.h"
 
 namespace tpu::aten {
 

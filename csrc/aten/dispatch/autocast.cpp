@@ -6,7 +6,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
-#include "torch_compat.h"
+#include "../torch_compat.h"
 
 namespace tpu::aten {
 namespace autocast_policies {

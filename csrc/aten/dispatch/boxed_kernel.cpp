@@ -13,10 +13,10 @@
 
 #include "dispatch.h"
 #include "op_program.h"
-#include "overlap.h"
+#include "../storage/overlap.h"
 #include "precision.h"
-#include "../lowering/custom_kernel.h"
-#include "../runtime/metrics.h"
+#include "../../lowering/custom_kernel.h"
+#include "../../runtime/metrics.h"
 
 namespace tpu::aten {
 

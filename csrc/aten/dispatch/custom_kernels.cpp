@@ -4,8 +4,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "dispatch.h"
-#include "../lowering/custom_kernel.h"
-#include "../runtime/runtime.h"
+#include "../../lowering/custom_kernel.h"
+#include "../../runtime/runtime.h"
 
 namespace py = pybind11;
 

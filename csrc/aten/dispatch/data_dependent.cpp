@@ -6,7 +6,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
-#include "common.h"
+#include "../common.h"
 #include "dispatch.h"
 
 namespace tpu::aten {

@@ -5,7 +5,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
-#include "../runtime/executor.h"
+#include "../../runtime/executor.h"
 
 namespace tpu::aten {
 

@@ -7,9 +7,9 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "common.h"
+#include "../common.h"
 #include "dispatch.h"
-#include "../runtime/metrics.h"
+#include "../../runtime/metrics.h"
 
 namespace tpu::aten {
 namespace {

@@ -27,12 +27,12 @@
 #include <mutex>
 #include <vector>
 
-#include "collective_agreement.h"
-#include "common.h"
+#include "../distributed/collective_agreement.h"
+#include "../common.h"
 #include "dispatch.h"
-#include "../runtime/env.h"
-#include "../runtime/long_wait.h"
-#include "../runtime/metrics.h"
+#include "../../runtime/env.h"
+#include "../../runtime/long_wait.h"
+#include "../../runtime/metrics.h"
 
 namespace tpu::aten {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "../runtime/executor.h"
+#include "../../runtime/executor.h"
 
 namespace tpu::aten {
 

@@ -6,8 +6,8 @@
 #include <optional>
 #include <vector>
 
-#include "common.h"
-#include "../runtime/program.h"
+#include "../common.h"
+#include "../../runtime/program.h"
 
 namespace tpu::aten {
 
@@ -20,7 +20,7 @@ struct Operands {
   shlo::Precision precision = shlo::Precision::Highest;    // of f32 products (precision.h), keyed
 };
 
-// Signature tags (csrc/aten/op_program.cpp builds eager signatures from them).
+// Signature tags (csrc/aten/dispatch/op_program.cpp builds eager signatures from them).
 enum Tag : int64_t {
   kNone = 1, kTpuTensor, kCpuScalar, kScalar, kInt, kDouble, kBool, kIntList, kDoubleList, kBoolList,
   kString, kTensorList, kGenerator, kOther, kListEnd

@@ -1,7 +1,7 @@
 // PyTorch's float32 matmul precision, as tpu programs take it (DESIGN.md, Numerics).
 #pragma once
 
-#include "../stablehlo/builder.h"
+#include "../../stablehlo/builder.h"
 
 namespace tpu::aten {
 

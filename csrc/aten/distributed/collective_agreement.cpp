@@ -14,7 +14,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "../runtime/metrics.h"
+#include "../../runtime/metrics.h"
 
 namespace tpu::aten {
 namespace {

@@ -18,7 +18,7 @@
 #include <c10/util/Exception.h>
 
 #include "device_collectives.h"
-#include "../runtime/metrics.h"
+#include "../../runtime/metrics.h"
 
 namespace tpu::aten {
 namespace {

@@ -12,11 +12,11 @@
 #include <c10/util/Exception.h>
 
 #include "collective_agreement.h"
-#include "common.h"
+#include "../common.h"
 #include "device_collectives.h"
-#include "../runtime/collective_programs.h"
-#include "../runtime/collective_rendezvous.h"
-#include "../runtime/metrics.h"
+#include "../../runtime/collective_programs.h"
+#include "../../runtime/collective_rendezvous.h"
+#include "../../runtime/metrics.h"
 
 namespace tpu::aten {
 namespace {

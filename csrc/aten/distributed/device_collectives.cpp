@@ -16,13 +16,13 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "collective_agreement.h"
-#include "common.h"
-#include "../runtime/collective_programs.h"
-#include "../runtime/collective_rendezvous.h"
-#include "../runtime/executor.h"
-#include "../runtime/metrics.h"
-#include "../runtime/p2p_rendezvous.h"
-#include "../runtime/runtime.h"
+#include "../common.h"
+#include "../../runtime/collective_programs.h"
+#include "../../runtime/collective_rendezvous.h"
+#include "../../runtime/executor.h"
+#include "../../runtime/metrics.h"
+#include "../../runtime/p2p_rendezvous.h"
+#include "../../runtime/runtime.h"
 
 namespace tpu::aten {
 namespace {

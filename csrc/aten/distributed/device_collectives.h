@@ -17,8 +17,8 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "../pjrt/pjrt.h"
-#include "../runtime/collective_programs.h"
+#include "../../pjrt/pjrt.h"
+#include "../../runtime/collective_programs.h"
 
 namespace tpu::aten {
 

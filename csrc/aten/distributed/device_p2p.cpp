@@ -13,12 +13,12 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "collective_agreement.h"
-#include "common.h"
+#include "../common.h"
 #include "device_collectives.h"
-#include "../runtime/collective_programs.h"
-#include "../runtime/collective_rendezvous.h"
-#include "../runtime/metrics.h"
-#include "../runtime/p2p_rendezvous.h"
+#include "../../runtime/collective_programs.h"
+#include "../../runtime/collective_rendezvous.h"
+#include "../../runtime/metrics.h"
+#include "../../runtime/p2p_rendezvous.h"
 
 namespace tpu::aten {
 namespace {

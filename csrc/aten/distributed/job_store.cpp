@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <thread>
 
-#include "../pjrt/key_value_store.h"
-#include "../runtime/runtime.h"
+#include "../../pjrt/key_value_store.h"
+#include "../../runtime/runtime.h"
 
 namespace py = pybind11;
 

@@ -10,7 +10,7 @@
 
 #include <unordered_map>
 
-#include "common.h"
+#include "../common.h"
 #include "overlap.h"
 
 namespace tpu::aten {

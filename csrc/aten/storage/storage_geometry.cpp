@@ -2,8 +2,8 @@
 // (offset keys included: which views are read at a run-time offset, and how).
 #include <vector>
 
-#include "common.h"
-#include "../runtime/runtime.h"
+#include "../common.h"
+#include "../../runtime/runtime.h"
 
 namespace tpu::aten {
 

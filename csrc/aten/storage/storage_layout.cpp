@@ -6,7 +6,7 @@
 #include <functional>
 #include <mutex>
 
-#include "../runtime/executor.h"
+#include "../../runtime/executor.h"
 
 namespace tpu::aten {
 

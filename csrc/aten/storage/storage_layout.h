@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "common.h"
+#include "../common.h"
 
 namespace tpu::aten {
 
