@@ -1,5 +1,6 @@
 // torch.autocast("tpu"): CUDA's op lists and policies (ATen/autocast_mode.h): matmuls and
-// convolutions in the lower precision (bf16 by default, torch.tpu.get_amp_supported_dtype),
+// convolutions in the lower precision (PyTorch's default for a device, float16, unless
+// torch.autocast("tpu", dtype=torch.bfloat16) asks for bf16; torch.tpu.get_amp_supported_dtype),
 // numerically sensitive ops (softmax, norms, losses, reductions) in f32, multi-input ops
 // promoted to the widest input type. binary_cross_entropy is refused, as on CUDA. Ops without
 // a policy fall through (kernels.cpp).
