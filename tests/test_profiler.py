@@ -223,3 +223,44 @@ def test_cli_profile_writes_a_trace_and_prints_tables(tmp_path):
     assert "item" in r.stdout and "aten::mm" in r.stdout
     assert "this plugin has no device profiler; program-level events only" in r.stderr
     assert tpu_profiler.tpu_events(str(out), "program")
+
+
+def _varint(v):
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def _int(field, v):
+    return _varint(field << 3) + _varint(v)
+
+
+def _msg(field, body):
+    body = body.encode() if isinstance(body, str) else body
+    return _varint(field << 3 | 2) + _varint(len(body)) + body
+
+
+def test_xspace_events_from_a_constructed_xspace():
+    """The PJRT profiler extension's output (tensorflow.profiler.XSpace) decodes into timed
+    device ops: line timestamp_ns + offset_ps, named by the plane's event metadata (display
+    name first); aggregated events (num_occurrences) are left out; damage raises ValueError."""
+    fusion = _int(1, 7) + _msg(2, "fusion.3") + _msg(4, "%fusion.3 = f32[8] add(...)")
+    dot = _int(1, 9) + _msg(2, "dot.1")
+    events = (_msg(4, _int(1, 7) + _int(2, 2_000_000) + _int(3, 3_000_000))      # 2 us in, 3 us long
+              + _msg(4, _int(1, 9) + _int(2, 6_000_000) + _int(3, 1_500))          # 6 us in, 1.5 ns
+              + _msg(4, _int(1, 9) + _int(5, 4) + _int(3, 9_000_000)))             # aggregated: left out
+    line = _int(1, 1) + _msg(2, "XLA Ops") + _int(3, 1_700_000_000_000_000_000) + events
+    plane = (_int(1, 3) + _msg(2, "/device:TPU:0") + _msg(3, line)
+             + _msg(4, _int(1, 7) + _msg(2, fusion)) + _msg(4, _int(1, 9) + _msg(2, dot)))
+    space = _msg(1, plane) + _msg(4, "host0")
+    t0 = 1_700_000_000_000_000_000
+    assert torch_tpu._C._profiler_xspace_events(space) == [
+        ("/device:TPU:0", "XLA Ops", "%fusion.3 = f32[8] add(...)", t0 + 2000, t0 + 5000),
+        ("/device:TPU:0", "XLA Ops", "dot.1", t0 + 6000, t0 + 6001),
+    ]
+    assert torch_tpu._C._profiler_xspace_events(b"") == []
+    with pytest.raises(ValueError, match="XSpace"):
+        torch_tpu._C._profiler_xspace_events(space[:-3])

@@ -22,6 +22,7 @@
 #include "torch_compat.h"
 #include "../runtime/profiler_events.h"
 #include "../runtime/runtime.h"
+#include "../runtime/xspace.h"
 
 #if TPU_HAS_KINETO_CHILD_PROFILER
 #include <libkineto.h>
@@ -210,6 +211,19 @@ void RegisterProfilerBindings(py::module_& m) {
   // The runtime's own recorder, without Kineto (the C++ side of the tests and of tools that
   // want the raw events): start, then stop returning (kind, name, device, start_ns, end_ns,
   // correlation, args) tuples.
+  // A serialized XSpace (a PJRT profiler session's collect_data) as (plane, line, name, start_ns,
+  // end_ns) tuples; ValueError when the bytes are no XSpace.
+  m.def("_profiler_xspace_events", [](const py::bytes& data) {
+    std::vector<rp::DeviceOp> ops;
+    try {
+      ops = rp::XSpaceEvents(std::string(data));
+    } catch (const std::runtime_error& e) {
+      throw py::value_error(e.what());
+    }
+    py::list out;
+    for (const rp::DeviceOp& op : ops) out.append(py::make_tuple(op.plane, op.line, op.name, op.start_ns, op.end_ns));
+    return out;
+  });
   m.def("_profiler_events_start", [] { rp::Start(); });
   m.def("_profiler_events_stop", [] {
     py::list out;
