@@ -83,10 +83,15 @@ def _check_trace(trace, prof, m):
     assert len(syncs) == m["host_syncs"]
     assert {c: syncs.count(c) for c in set(syncs)} == m["host_syncs_by_cause"]
     assert "item" in syncs
-    # The record_function range holds the step's programs' host ops.
+    # The record_function range holds the step's programs' host ops ...
     (step,) = [e for e in events if e["name"] == "train_step" and e.get("cat") == "user_annotation"]
     inside = [e for e in programs if step["ts"] <= ops[e["args"]["External id"]]["ts"] <= step["ts"] + step["dur"]]
     assert inside
+    # ... and is drawn on the device row over the programs it caused.
+    (drawn,) = [e for e in events if e["name"] == "train_step" and e.get("cat") == "gpu_user_annotation"]
+    assert drawn["pid"] == 0 and drawn["args"]["External id"] == step["args"]["External id"]
+    covered = [e for e in programs if drawn["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= drawn["ts"] + drawn["dur"] + 1e-3]
+    assert len(covered) >= len(inside)
     # key_averages: the ops that ran programs have device time.
     timed = {a.key for a in prof.key_averages() if a.self_device_time_total > 0}
     assert {ops[e["args"]["External id"]]["name"] for e in programs} <= timed

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -135,6 +136,32 @@ class TpuProfilerSession : public libkineto::IActivityProfilerSession {
       for (const auto& [key, value] : e.args) a.addMetadataQuoted(key, Quoted(value));
       a.log(logger);
     }
+    // Each record_function range around programs, on their device's row over the programs it
+    // caused (as Kineto draws gpu_user_annotation spans for CUDA kernels).
+    if (linked_activity) {
+      std::map<std::pair<int, uint64_t>, std::pair<int64_t, int64_t>> spans;  // (device, range) -> [start, end]
+      for (const rp::Event& e : events_) {
+        if (e.kind != rp::Kind::Program) continue;
+        for (uint64_t range : e.user_correlations) {
+          auto [it, fresh] = spans.try_emplace({e.device, range}, e.start_ns, e.end_ns);
+          if (!fresh) it->second = {std::min(it->second.first, e.start_ns), std::max(it->second.second, e.end_ns)};
+        }
+      }
+      for (const auto& [where, span] : spans) {
+        const libkineto::ITraceActivity* range = linked_activity(static_cast<int32_t>(where.second));
+        if (range == nullptr) continue;
+        buffer_->emplace_activity(buffer_->span, libkineto::ActivityType::GPU_USER_ANNOTATION, range->name());
+        libkineto::GenericTraceActivity& a = *buffer_->activities.back();
+        a.startTime = span.first;
+        a.endTime = span.second;
+        a.id = static_cast<int32_t>(where.second);
+        a.device = where.first;
+        a.resource = 0;
+        a.linked = range;
+        a.addMetadataQuoted("tpu event", "range");
+        a.log(logger);
+      }
+    }
     // One row per tpu device: the first is named by getDeviceInfo, the others here.
     for (int d : devices) {
       if (d == 0) continue;
@@ -152,6 +179,8 @@ class TpuProfilerSession : public libkineto::IActivityProfilerSession {
 
   void pushCorrelationId(uint64_t id) override { rp::PushCorrelation(id); }
   void popCorrelationId() override { rp::PopCorrelation(); }
+  void pushUserCorrelationId(uint64_t id) override { rp::PushUserCorrelation(id); }
+  void popUserCorrelationId() override { rp::PopUserCorrelation(); }
 
   std::unordered_map<std::string, std::string> getMetadata() override {
     std::optional<bool> available = DeviceProfilerAvailable();

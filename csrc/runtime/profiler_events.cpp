@@ -29,6 +29,7 @@ Sink& GetSink() {
 }
 
 thread_local std::vector<uint64_t> t_correlation;
+thread_local std::vector<uint64_t> t_user_correlation;
 thread_local std::string t_recompile_reason;
 
 }  // namespace
@@ -85,6 +86,12 @@ void PopCorrelation() {
 
 uint64_t CurrentCorrelation() { return t_correlation.empty() ? 0 : t_correlation.back(); }
 
+void PushUserCorrelation(uint64_t id) { t_user_correlation.push_back(id); }
+
+void PopUserCorrelation() {
+  if (!t_user_correlation.empty()) t_user_correlation.pop_back();
+}
+
 void ProgramEnqueued(const pjrt::Event& done, std::string name, std::string key, int device, int64_t enqueue_ns,
                      size_t fused_ops) {
   Sink& s = GetSink();
@@ -95,6 +102,7 @@ void ProgramEnqueued(const pjrt::Event& done, std::string name, std::string key,
   e.start_ns = enqueue_ns;
   e.thread = ThreadId();
   e.correlation = CurrentCorrelation();
+  e.user_correlations = t_user_correlation;
   if (!key.empty()) e.args.emplace_back("cache key", std::move(key));
   if (fused_ops > 0) e.args.emplace_back("fused ops", std::to_string(fused_ops));
   uint64_t generation;

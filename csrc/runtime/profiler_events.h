@@ -48,6 +48,8 @@ struct Event {
   int64_t end_ns = 0;
   int64_t thread = 0;      // the host thread that caused it (its system thread id)
   uint64_t correlation = 0;  // the profiler's correlation id of that thread's current op (0: none)
+  // Program: the correlation ids of the record_function ranges open on that thread, outermost first.
+  std::vector<uint64_t> user_correlations;
   std::vector<std::pair<std::string, std::string>> args;  // shown as the event's args
 };
 
@@ -68,6 +70,9 @@ void Record(Event e);
 void PushCorrelation(uint64_t id);
 void PopCorrelation();
 uint64_t CurrentCorrelation();
+// The same for record_function ranges (Kineto's user correlation ids).
+void PushUserCorrelation(uint64_t id);
+void PopUserCorrelation();
 
 // A program enqueued on `device` at `enqueue_ns`: its event is recorded when `done` is ready.
 void ProgramEnqueued(const pjrt::Event& done, std::string name, std::string key, int device, int64_t enqueue_ns,
