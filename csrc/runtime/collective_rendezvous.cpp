@@ -207,6 +207,12 @@ pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const s
   const std::string options = pjrt::ReplicatedCompileOptions(device_ids);
   const std::string dumped = rt.DumpWithOptions(module_text, name, options);
   auto start = std::chrono::steady_clock::now();
+  profiler::Scope compile(profiler::Kind::Compile, "tpu compile: collective");
+  if (compile.on()) {
+    compile.Rename("tpu compile: " + name);
+    compile.Arg("cache", "miss");
+    compile.Arg("cache key", Runtime::TextKey(key));
+  }
   pjrt::ExecutablePtr exe;
   try {
     exe = rt.client().Compile(module_text, options);
