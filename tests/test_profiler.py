@@ -269,3 +269,20 @@ def test_xspace_events_from_a_constructed_xspace():
     assert torch_tpu._C._profiler_xspace_events(b"") == []
     with pytest.raises(ValueError, match="XSpace"):
         torch_tpu._C._profiler_xspace_events(space[:-3])
+
+
+@needs_devices(2)
+def test_each_device_has_its_own_row(tmp_path):
+    torch_tpu.set_eager_mode("strict")
+    a, b = torch.randn(4, device="tpu:1"), torch.randn(4, device="tpu:0")
+    with profile(activities=tpu_profiler.activities()) as prof:
+        (a + 1).cpu()
+        (b * 2).cpu()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    with open(tmp_path / "t.json") as f:
+        trace = json.load(f)
+    assert sorted((e["name"], e["pid"]) for e in tpu_profiler.tpu_events(trace, "program")) == [
+        ("aten::add.Tensor", 1), ("aten::mul.Tensor", 0)]
+    rows = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+            if e.get("ph") == "M" and e.get("name") == "process_name" and e["pid"] in (0, 1)}
+    assert rows == {0: "TPU 0", 1: "TPU 1"}
