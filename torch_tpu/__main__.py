@@ -116,6 +116,30 @@ def tpu_report(argv):
     return _run_then_report(argv, "tpu-report", report)
 
 
+def profile(argv):
+    """python -m torch_tpu profile [--out trace.json] script.py [args]: runs the script under
+    torch.profiler (host ops and tpu events), writes a Chrome/Perfetto trace, then prints the top
+    programs by device time, the top compiles, the host syncs and the transfers."""
+    out = "torch_tpu_trace.json"
+    if argv[:1] == ["--out"] and len(argv) > 1:
+        out, argv = argv[1], argv[2:]
+    elif argv[:1] and argv[0].startswith("--out="):
+        out, argv = argv[0].split("=", 1)[1], argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(profile.__doc__)
+        return 0 if argv else 2
+    from . import profiler as tpu_profiler
+    prof = torch.profiler.profile(activities=tpu_profiler.activities())
+    prof.start()
+
+    def report(target):
+        prof.stop()
+        prof.export_chrome_trace(out)
+        print(f"\n---- torch_tpu profile of {target}: trace in {out} (chrome://tracing, ui.perfetto.dev) ----")
+        print(tpu_profiler.format_summary(tpu_profiler.summarize(out)))
+    return _run_then_report(argv, "profile", report)
+
+
 def metrics(args):
     if args.script:
         return _run_then_report(args.script)
@@ -144,7 +168,7 @@ def cache_clear(args):
 
 def _parser():
     parser = argparse.ArgumentParser(prog="python -m torch_tpu", description=__doc__)
-    commands = parser.add_subparsers(title="commands", metavar="{info,metrics,tpu-report,cache}")
+    commands = parser.add_subparsers(title="commands", metavar="{info,metrics,profile,tpu-report,cache}")
     p = commands.add_parser("info", help="versions, plugin, platform, devices, cache and environment (the default)")
     p.set_defaults(run=info)
     p = commands.add_parser(
@@ -155,6 +179,8 @@ def _parser():
         "counters, which start at zero.")
     p.add_argument("script", nargs=argparse.REMAINDER, help="script.py [args...] or -m module [args...]")
     p.set_defaults(run=metrics)
+    commands.add_parser("profile", help="run a script under torch.profiler, write a Chrome trace and print the top "
+                        "programs, compiles and host syncs: python -m torch_tpu profile [--out trace.json] train.py args")
     commands.add_parser("tpu-report", help="run a script with every program also compiled for a TPU topology "
                         "(libtpu, no TPU needed), then print each program's cost model: "
                         "python -m torch_tpu tpu-report [--topology v5e:2x2] train.py args")
@@ -171,6 +197,8 @@ def main(argv):
         return metrics(argparse.Namespace(script=argv[1:]))
     if argv[:1] == ["tpu-report"]:
         return tpu_report(argv[1:])
+    if argv[:1] == ["profile"]:
+        return profile(argv[1:])
     args = _parser().parse_args(argv or ["info"])
     return args.run(args)
 

@@ -20,6 +20,7 @@
 #include "dispatch/dispatch.h"
 #include "../runtime/env.h"
 #include "../runtime/metrics.h"
+#include "../runtime/profiler_events.h"
 
 namespace tpu::aten {
 
@@ -393,6 +394,7 @@ void SynchronizeDevice(int device) {
   SyncPoint("synchronize", device);
   runtime::GetMetrics().CountSync("synchronize");
   SettleCollectiveChecks(/*wait=*/true);  // a diverged collective raises instead of waiting on it
+  runtime::profiler::Scope wait(runtime::profiler::Kind::Sync, "tpu wait: synchronize");
   // Every pending value lives in some storage: waiting for all of them drains the device.
   std::vector<pjrt::BufferPtr> pending;
   runtime::ForEachStorage([&](TpuStorage* s) {
@@ -417,6 +419,9 @@ void UploadWholeStorage(TpuStorage* storage, const void* data, shlo::ElemType el
   int64_t numel = static_cast<int64_t>(storage->nbytes / shlo::ByteSize(elem));
   std::vector<int64_t> buffer_dims = TpuStorage::ShapedDims(dims);
   if (buffer_dims.empty()) buffer_dims = {numel};
+  runtime::profiler::Scope transfer(runtime::profiler::Kind::Transfer, "tpu transfer: host to device");
+  transfer.Device(storage->device);
+  transfer.Arg("bytes", std::to_string(storage->nbytes));
   auto buffer = Runtime::Get().client().FromHost(data, runtime::ToPjrt(elem), buffer_dims, storage->device);
   runtime::GetMetrics().host_to_device_bytes += static_cast<int64_t>(storage->nbytes);
   storage->Assign(std::move(buffer), elem, {}, buffer_dims);

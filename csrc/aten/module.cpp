@@ -23,6 +23,7 @@ namespace tpu::aten {
 void RegisterGraphBindings(py::module_& m);  // compiled_graph.cpp: torch.compile programs
 void RegisterKernelBindings(py::module_& m);  // custom_kernels.cpp: torch_tpu.kernels
 void RegisterJobStoreBindings(py::module_& m);  // job_store.cpp: the PJRT client's key-value store
+void RegisterProfilerBindings(py::module_& m);  // profiler.cpp: torch.profiler's tpu events
 }
 
 namespace tpu::aten {
@@ -251,6 +252,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_lowered_ops", &lowering::RegisteredOps);
   aten::RegisterGraphBindings(m);
   aten::RegisterKernelBindings(m);
+  aten::RegisterProfilerBindings(m);
   m.def("_compiled_programs", [] { return runtime::Runtime::Get().compiled_programs(); });
   m.def("_storage_elem_type", [](const at::Tensor& t) {
     auto* s = aten::StorageOf(t);

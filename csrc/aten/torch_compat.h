@@ -39,3 +39,28 @@ using at::DimnameList;
 }  // namespace autocast_policies
 
 }  // namespace tpu::aten
+
+// Kineto child profilers (csrc/aten/profiler.cpp, the one file built with USE_KINETO and the
+// bundled kineto headers; elsewhere TPU_HAS_KINETO_CHILD_PROFILER is 0).
+// 2.12+: PrivateUse1ProfilerRegistry (torch/csrc/profiler/standalone/privateuse1_profiler.h)
+// forwards the factory to Kineto when Kineto starts. 2.11 has no registry: the factory goes to
+// libkineto directly. The 2.11 branch compiles only where a 2.11 build is made (make
+// compat-test TORCH=2.11.0); it has not been run.
+#if defined(USE_KINETO)
+#include <libkineto.h>
+#if !TPU_TORCH_BEFORE(2, 12)
+#include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#endif
+#define TPU_HAS_KINETO_CHILD_PROFILER 1
+namespace tpu::aten::compat {
+inline void RegisterKinetoChildProfiler(std::function<std::unique_ptr<libkineto::IActivityProfiler>()> factory) {
+#if TPU_TORCH_BEFORE(2, 12)
+  libkineto::api().registerProfilerFactory(std::move(factory));
+#else
+  torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(std::move(factory));
+#endif
+}
+}  // namespace tpu::aten::compat
+#else
+#define TPU_HAS_KINETO_CHILD_PROFILER 0
+#endif

@@ -209,6 +209,12 @@ std::shared_ptr<Plugin> Plugin::Load(const std::string& path) {
   return plugin;
 }
 
+const PJRT_Extension_Base* Plugin::FindExtension(PJRT_Extension_Type type) const {
+  for (const PJRT_Extension_Base* e = api_->extension_start; e != nullptr; e = e->next)
+    if (e->type == type) return e;
+  return nullptr;
+}
+
 std::map<std::string, std::string> Plugin::Attributes() const {
   std::map<std::string, std::string> out;
   if (!PJRT_HAS(api_, PJRT_Plugin_Attributes)) return out;
@@ -343,6 +349,30 @@ Executable::~Executable() {
 Event::~Event() { DestroyEvent(plugin_->api(), raw_); }
 
 bool Event::IsReady() const { return EventIsReady(plugin_->api(), raw_); }
+
+namespace {
+void OnReadyCall(PJRT_Error* error, void* arg) {
+  auto* owned = static_cast<std::pair<const PJRT_Api*, std::function<void()>>*>(arg);
+  DropError(owned->first, error);
+  owned->second();
+  delete owned;
+}
+}  // namespace
+
+bool Event::OnReady(std::function<void()> fn) const {
+  const PJRT_Api* api = plugin_->api();
+  if (!PJRT_HAS(api, PJRT_Event_OnReady)) return false;
+  auto args = Args<PJRT_Event_OnReady_Args>();
+  args.event = raw_;
+  args.callback = OnReadyCall;
+  args.user_arg = new std::pair<const PJRT_Api*, std::function<void()>>(api, std::move(fn));
+  if (PJRT_Error* err = api->PJRT_Event_OnReady(&args)) {
+    delete static_cast<std::pair<const PJRT_Api*, std::function<void()>>*>(args.user_arg);
+    DropError(api, err);
+    return false;
+  }
+  return true;
+}
 
 void Event::AwaitIgnoringError() const {
   WaitUntilReady(*plugin_, raw_, "device computation");

@@ -57,6 +57,9 @@ class Plugin {
   // stablehlo_minimum_version ("1.9.3", from [major, minor, patch]), ... Empty when the plugin
   // reports none. Imported kernels are checked against the StableHLO range.
   std::map<std::string, std::string> Attributes() const;
+  // The plugin's extension of `type` in its PJRT_Api's extension chain (null: none), e.g.
+  // PJRT_Extension_Type_Profiler (libtpu and the CUDA plugin have it; the CPU plugin does not).
+  const PJRT_Extension_Base* FindExtension(PJRT_Extension_Type type) const;
 
  private:
   const PJRT_Api* api_ = nullptr;
@@ -104,6 +107,9 @@ class Event {
   // Waits; the error it carries, if any, is dropped: whoever reads a value sees it there. The
   // plugin's wait observer may abandon the wait (then it throws what the observer threw).
   void AwaitIgnoringError() const;
+  // Calls `fn` on a plugin thread once the event is ready (or failed; at once if it is already),
+  // even if this object is destroyed first. False when the plugin cannot notify (fn not called).
+  bool OnReady(std::function<void()> fn) const;
 
  private:
   std::shared_ptr<Plugin> plugin_;

@@ -15,6 +15,7 @@
 #include "../lowering/replicas.h"
 #include "dump.h"
 #include "metrics.h"
+#include "profiler_events.h"
 #include "runtime.h"
 #include "tpu_target.h"
 
@@ -206,6 +207,12 @@ pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const s
   const std::string options = pjrt::ReplicatedCompileOptions(device_ids);
   const std::string dumped = rt.DumpWithOptions(module_text, name, options);
   auto start = std::chrono::steady_clock::now();
+  profiler::Scope compile(profiler::Kind::Compile, "tpu compile: collective");
+  if (compile.on()) {
+    compile.Rename("tpu compile: " + name);
+    compile.Arg("cache", "miss");
+    compile.Arg("cache key", Runtime::TextKey(key));
+  }
   pjrt::ExecutablePtr exe;
   try {
     exe = rt.client().Compile(module_text, options);
@@ -383,6 +390,21 @@ std::vector<pjrt::BufferPtr> RunThisProcessReplica(const CollectiveArrival& arri
 }  // namespace
 
 std::vector<pjrt::BufferPtr> RunReplicated(const CollectiveArrival& arrival) {
+  // Covers this rank's wait for the others and the replicated run (started by the last to come).
+  profiler::Scope event(profiler::Kind::Collective, "tpu collective");
+  if (event.on()) {
+    event.Rename("tpu collective: " + arrival.description);
+    event.Device(arrival.device);
+    event.Arg("group", arrival.group);
+    event.Arg("rank", std::to_string(arrival.rank) + " of " + std::to_string(arrival.group_size));
+    int64_t elements = 0;
+    for (const pjrt::BufferPtr& b : arrival.operands) {
+      int64_t n = 1;
+      for (int64_t d : b->dims()) n *= d;
+      elements += n;
+    }
+    event.Arg("operand elements", std::to_string(elements));
+  }
   if (auto cross = CrossGroup(arrival.group)) return RunThisProcessReplica(arrival, *cross);
   std::shared_ptr<Slot> slot = Meet(arrival);
   if (!slot->error.empty()) throw std::runtime_error(slot->error);

@@ -14,6 +14,7 @@
 #include "env.h"
 #include "executor.h"
 #include "metrics.h"
+#include "profiler_events.h"
 
 namespace tpu::runtime {
 
@@ -150,6 +151,12 @@ void FusedGraph::Record(const Request& request) {
 
 void FusedGraph::Flush(const char* cause) {
   if (calls_.empty()) return;
+  profiler::Scope flush(profiler::Kind::Flush, "tpu flush: fused graph");
+  if (flush.on()) {
+    flush.Rename("tpu flush: fused graph of " + std::to_string(calls_.size()) + " ops");
+    flush.Arg("cause", cause);
+    flush.Device(device_);
+  }
   auto& metrics = GetMetrics();
   metrics.CountSync(std::string("fused graph: ") + cause);
   std::vector<int> outputs;

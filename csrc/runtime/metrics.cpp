@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include "profiler_events.h"
+
 namespace tpu::runtime {
 
 Metrics& GetMetrics() {
@@ -15,12 +17,21 @@ void Metrics::CountFallback(const std::string& op) {
 
 void Metrics::CountSync(const std::string& cause) {
   host_syncs++;
+  if (profiler::Recording()) {
+    profiler::Event e;
+    e.kind = profiler::Kind::Sync;
+    e.name = "tpu sync: " + cause;
+    e.start_ns = e.end_ns = profiler::NowNs();
+    e.args = {{"cause", cause}};
+    profiler::Record(std::move(e));
+  }
   std::lock_guard<std::mutex> lock(mu);
   sync_by_cause[cause]++;
 }
 
 void Metrics::CountRecompile(const std::string& reason) {
   recompilations++;
+  profiler::NoteRecompileReason(reason);
   std::lock_guard<std::mutex> lock(mu);
   auto it = recompile_reasons.find(reason);
   if (it != recompile_reasons.end()) it->second++;

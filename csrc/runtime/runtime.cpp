@@ -15,6 +15,7 @@
 #include "env.h"
 #include "long_wait.h"
 #include "metrics.h"
+#include "profiler_events.h"
 #include "program.h"
 #include "tpu_target.h"
 
@@ -151,7 +152,10 @@ void TpuStorage::ReadBytesUnchecked(void* dst) const {
     std::memset(dst, 0, nbytes);
     return;
   }
-  b->ToHost(dst, nbytes);
+  profiler::Scope transfer(profiler::Kind::Transfer, "tpu transfer: device to host");
+  transfer.Device(device);
+  transfer.Arg("bytes", std::to_string(nbytes));
+  b->ToHost(dst, nbytes);  // waits for the program computing the value: a host wait shows here
   GetMetrics().device_to_host_bytes += static_cast<int64_t>(nbytes);
 }
 
@@ -337,6 +341,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
     auto it = executables_.find(module_text);
     if (it != executables_.end()) {
       GetMetrics().compile_cache_hits++;
+      if (profiler::Recording()) RecordCompile(op_name, "memory", profiler::NowNs(), KeyOfLocked(it->second.get()));
       return it->second;
     }
   }
@@ -344,6 +349,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
   *disk_key = DiskCacheKey(module_text, disk_key_options_);
   const std::string& key = *disk_key;
   auto start = std::chrono::steady_clock::now();
+  int64_t start_ns = profiler::Recording() ? profiler::NowNs() : 0;
   std::string bytes;
   if (!DiskCacheRead(cache_dir_, key, &bytes)) return nullptr;
   CheckProgramLimit();
@@ -355,8 +361,10 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/true, key);
   int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/true);
+  if (start_ns != 0) RecordCompile(op_name, "disk", start_ns, key);
   std::lock_guard<std::mutex> lock(cache_mu_);
   const pjrt::ExecutablePtr& kept = executables_.emplace(module_text, exe).first->second;
+  keys_.emplace(kept.get(), key);
   TrackTpuTargetRuns(kept.get(), logged);
   return kept;
 }
@@ -378,6 +386,9 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
       m.compile_in_flight_waits++;
       std::optional<CompileNotice> waiting;
       if (notice) waiting.emplace(op_name, cache_dir_);
+      profiler::Scope wait(profiler::Kind::Compile, "");
+      wait.Rename("tpu compile wait: " + op_name);
+      wait.Arg("cache", "compiling on another thread");
       return other.get();
     }
     compiling_.emplace(module_text, compiled.get_future().share());
@@ -385,7 +396,10 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
   // Whatever happens below, waiters get this thread's result, and the entry goes.
   auto finish = [&](pjrt::ExecutablePtr exe, std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(cache_mu_);
-    if (exe) exe = executables_.emplace(module_text, exe).first->second;
+    if (exe) {
+      exe = executables_.emplace(module_text, exe).first->second;
+      keys_.emplace(exe.get(), key.empty() ? TextKey(module_text) : key);
+    }
     compiling_.erase(module_text);
     if (error) {
       compiled.set_exception(error);
@@ -410,6 +424,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
   int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
   auto start = std::chrono::steady_clock::now();
+  int64_t start_ns = profiler::Recording() ? profiler::NowNs() : 0;
   pjrt::ExecutablePtr exe;
   std::optional<CompileNotice> waiting;
   if (notice) waiting.emplace(op_name, cache_dir_);
@@ -432,12 +447,46 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   m.programs_compiled++;
   m.compile_time_us += us;
+  if (start_ns != 0) RecordCompile(op_name, "miss", start_ns, key.empty() ? TextKey(module_text) : key);
   if (us > m.slowest_compile_us) {
     m.slowest_compile_us = us;
     std::lock_guard<std::mutex> lock(m.mu);
     m.slowest_compile_op = op_name;
   }
   return exe;
+}
+
+std::string Runtime::TextKey(const std::string& module_text) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: the key of a program outside the disk cache
+  for (unsigned char c : module_text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char out[20];
+  snprintf(out, sizeof(out), "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+std::string Runtime::KeyOf(const pjrt::Executable* exe) const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return KeyOfLocked(exe);
+}
+
+std::string Runtime::KeyOfLocked(const pjrt::Executable* exe) const {
+  auto it = keys_.find(exe);
+  return it == keys_.end() ? "" : it->second;
+}
+
+void Runtime::RecordCompile(const std::string& op_name, const char* cache, int64_t start_ns, const std::string& key) {
+  profiler::Event e;
+  e.kind = profiler::Kind::Compile;
+  e.name = std::string(cache[0] == 'm' && cache[1] == 'i' ? "tpu compile: " : "tpu program load: ") + op_name;
+  e.start_ns = start_ns;
+  e.end_ns = profiler::NowNs();
+  e.args = {{"cache", cache[0] == 'm' && cache[1] == 'i' ? "miss" : std::string("hit (") + cache + ")"}, {"cache key", key}};
+  std::string reason = profiler::TakeRecompileReason();
+  if (!reason.empty()) e.args.emplace_back("recompile reason", std::move(reason));
+  profiler::Record(std::move(e));
 }
 
 size_t Runtime::compiled_programs() const {
@@ -492,9 +541,15 @@ std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int d
                                               const std::vector<bool>& donated) {
   pjrt::EventPtr done;
   auto start = std::chrono::steady_clock::now();
+  int64_t enqueue_ns = profiler::Recording() ? profiler::NowNs() : 0;
   std::vector<pjrt::BufferPtr> outputs = exe.Execute(client_->device(device), args, &done, donated);
   CountTpuTargetRun(&exe);
   if (done == nullptr) return outputs;
+  if (enqueue_ns != 0) {
+    std::string name = label.fused_ops > 0 ? "fused graph of " + std::to_string(label.fused_ops) + " ops"
+                                           : (label.program ? label.program->name : "a program");
+    profiler::ProgramEnqueued(*done, std::move(name), KeyOf(&exe), device, enqueue_ns, label.fused_ops);
+  }
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   if (in_flight_.size() <= static_cast<size_t>(device)) in_flight_.resize(device + 1);
   auto& queue = in_flight_[device];

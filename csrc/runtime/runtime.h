@@ -125,6 +125,10 @@ class Runtime {
   // Folder of this plugin's disk cache ("" when disabled).
   const std::string& cache_dir() const { return cache_dir_; }
   size_t compiled_programs() const;
+  // The cache key of a loaded executable: its disk-cache key, or a hash of its module text
+  // when the disk cache is off ("" for one compiled outside the caches).
+  std::string KeyOf(const pjrt::Executable* exe) const;
+  static std::string TextKey(const std::string& module_text);
   // True once the process's memory mappings pass half of vm.max_map_count (CPU platform):
   // optional programs (whole fused graphs, which each map dozens of kernels) are not loaded
   // then, and their ops run through the shared per-op programs instead.
@@ -190,7 +194,10 @@ class Runtime {
   // Writes the module to TORCH_TPU_DUMP_DIR when set (dump.h); returns the file ("" if none).
   std::string Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
                    bool from_disk, const std::string& disk_key);
-  size_t MappingsInUse();    // this process's memory mappings, recounted at adaptive intervals
+  size_t MappingsInUse();
+  std::string KeyOfLocked(const pjrt::Executable* exe) const;  // cache_mu_ held
+  // A compile event (profiler_events.h): `cache` is "miss", "disk" or "memory".
+  static void RecordCompile(const std::string& op_name, const char* cache, int64_t start_ns, const std::string& key);    // this process's memory mappings, recounted at adaptive intervals
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
@@ -203,6 +210,7 @@ class Runtime {
   size_t recount_at_programs_ = 0;                  // count again once this many programs are loaded
   mutable std::mutex cache_mu_;
   std::unordered_map<std::string, pjrt::ExecutablePtr> executables_;
+  std::unordered_map<const pjrt::Executable*, std::string> keys_;  // of executables_' entries
   std::unordered_map<std::string, std::shared_future<pjrt::ExecutablePtr>> compiling_;  // by module text
   std::mutex address_mu_;
   uintptr_t next_address_ = uintptr_t{1} << 44;

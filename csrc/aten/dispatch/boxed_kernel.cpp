@@ -5,6 +5,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/native/RangeUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "precision.h"
 #include "../../lowering/custom_kernel.h"
 #include "../../runtime/metrics.h"
+#include "../../runtime/profiler_events.h"
 
 namespace tpu::aten {
 
@@ -327,9 +329,25 @@ void SetEagerMode(EagerMode mode) { Executor::Get().SetMode(mode); }
 
 EagerMode GetEagerMode() { return Executor::Get().mode(); }
 
-void RunPendingGraph(const char* cause) { Executor::Get().Flush(cause); }
+namespace {
+// Profiled outside any op (the end of backward): a sync becomes a host op of its own, "tpu::sync",
+// which the programs it runs link to (csrc/aten/profiler.cpp).
+void HostOpWhenProfiled(std::optional<at::RecordFunction>& op) {
+  if (!runtime::profiler::Recording() || runtime::profiler::CurrentCorrelation() != 0) return;
+  op.emplace(at::RecordScope::FUNCTION);
+  if (op->isActive()) op->before("tpu::sync");
+}
+}  // namespace
+
+void RunPendingGraph(const char* cause) {
+  std::optional<at::RecordFunction> op;
+  HostOpWhenProfiled(op);
+  Executor::Get().Flush(cause);
+}
 
 void SyncPoint(const char* cause, int device) {
+  std::optional<at::RecordFunction> op;
+  HostOpWhenProfiled(op);
   try {
     Executor::Get().Sync(cause, device);
   } catch (const c10::Error&) {
