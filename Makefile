@@ -59,8 +59,8 @@ $(WHEEL_BASE)/.installed:
 	touch $@
 
 wheel-test: wheel $(WHEEL_BASE)/.installed
-	TORCH_TPU_TEST_WHEEL="$$(ls dist/torch_tpu-$(VERSION)-*.whl)" TORCH_TPU_TEST_WHEEL_BASE=$(WHEEL_BASE) \
-		$(PY) -m pytest tests/test_wheel.py -q $(PYTEST_ARGS)
+	$(call timed,wheel-test,TORCH_TPU_TEST_WHEEL="$$(ls dist/torch_tpu-$(VERSION)-*.whl)" TORCH_TPU_TEST_WHEEL_BASE=$(WHEEL_BASE) \
+		$(PY) -m pytest tests/test_wheel.py -q $(PYTEST_ARGS))
 
 demo: build
 	$(PY) examples/demo.py
@@ -68,13 +68,12 @@ demo: build
 cpp-test: $(DEPS) /usr/include/gtest/gtest.h
 	$(VENV)/bin/cmake -S . -B build/cpp -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
 		-DPython3_EXECUTABLE=$(abspath $(PY)) -DTORCH_TPU_BUILD_EXTENSION=OFF -DTORCH_TPU_BUILD_TESTS=ON > /dev/null
-	$(VENV)/bin/cmake --build build/cpp
-	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure
+	$(call timed,cpp-test build,$(VENV)/bin/cmake --build build/cpp)
+	$(call timed,cpp-test run,$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure)
 
 # The whole suite runs in strict eager mode and again in the default (fused) mode, each pass on
-# TEST_WORKERS pytest-xdist workers (default: the cores; 0 runs in this process), then the tests
-# marked `isolated` alone. Tests marked `mode_independent` run in the strict pass only (markers:
-# tests/conftest.py). Both passes share one disk cache of compiled programs on purpose,
+# TEST_WORKERS pytest-xdist workers (default: the cores; 0 runs in this process). Tests marked
+# `mode_independent` run in the strict pass only (tests/conftest.py). Both passes share one disk cache of compiled programs on purpose,
 # $(TEST_CACHE) unless TORCH_TPU_CACHE_DIR is set: the fused pass loads what the strict pass
 # compiled, and tests of cold behaviour use empty folders of their own. Each part prints its time
 # ([time] lines); each pass writes its tests' times to build/test-times-<mode>.json.
@@ -90,10 +89,8 @@ PYTEST = TORCH_TPU_CACHE_DIR=$${TORCH_TPU_CACHE_DIR-$(TEST_CACHE)} $(PY) -m pyte
 py-test: build
 	@if [ "$$(id -u)" = 0 ] && [ "$$(cat /proc/sys/vm/max_map_count)" -lt 262144 ]; then \
 		sysctl -qw vm.max_map_count=262144 || echo "could not raise vm.max_map_count"; fi
-	$(call timed,py-test strict (parallel),TORCH_TPU_EAGER_MODE=strict TORCH_TPU_TEST_TIMES=build/test-times-strict.json $(PYTEST) $(XDIST) -m "not isolated")
-	$(call timed,py-test strict (isolated),TORCH_TPU_EAGER_MODE=strict $(PYTEST) -m "isolated"; [ $$? = 0 -o $$? = 5 ])
-	$(call timed,py-test fused (parallel),env -u TORCH_TPU_EAGER_MODE TORCH_TPU_TEST_TIMES=build/test-times-fused.json $(PYTEST) $(XDIST) -m "not isolated and not mode_independent")
-	$(call timed,py-test fused (isolated),env -u TORCH_TPU_EAGER_MODE $(PYTEST) -m "isolated and not mode_independent"; [ $$? = 0 -o $$? = 5 ])
+	$(call timed,py-test strict,TORCH_TPU_EAGER_MODE=strict TORCH_TPU_TEST_TIMES=build/test-times-strict.json $(PYTEST) $(XDIST))
+	$(call timed,py-test fused,env -u TORCH_TPU_EAGER_MODE TORCH_TPU_TEST_TIMES=build/test-times-fused.json $(PYTEST) $(XDIST) -m "not mode_independent")
 
 test: cpp-test py-test wheel-test
 

@@ -112,18 +112,25 @@ def pytest_configure(config):
     # its own processes with their own modes, or checks no execution at all) carries
     # mode_independent and runs in the first pass only; the Makefile deselects it in the second.
     config.addinivalue_line("markers", "mode_independent(reason): runs in one eager-mode pass only (why: reason)")
-    # A test that must not share the machine with other tests (it times something, or it
-    # needs every core) carries isolated: the Makefile runs those after the parallel part, alone.
-    config.addinivalue_line("markers", "isolated(reason): runs after the parallel part, on its own (why: reason)")
     # Every xdist worker must collect the same tests: the rotating OpInfo part is chosen once, by
     # the controller, from the day it started (a run that crosses midnight UTC keeps its part).
     if not hasattr(config, "workerinput"):
         os.environ.setdefault("TORCH_TPU_OPINFO_DAY", str(int(time.time() // 86400)))
 
 
+# Files whose tests run longest (build/test-times-*.json of a `make test`): run first, so that
+# the xdist workers do not end the pass waiting on one of them. Order within a file is kept.
+LONG_FILES_FIRST = ("test_tpu_compile.py", "test_diffusers.py", "test_cache.py", "test_tensor_parallel.py",
+                    "test_compile.py", "test_distributed.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        return LONG_FILES_FIRST.index(name) if name in LONG_FILES_FIRST else len(LONG_FILES_FIRST)
+    items.sort(key=rank)  # stable
     for item in items:  # a marker without its reason is a mistake, not a silent choice
-        for name in ("mode_independent", "isolated"):
+        for name in ("mode_independent",):
             mark = item.get_closest_marker(name)
             if mark is not None and not (mark.args or mark.kwargs.get("reason")):
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{name} needs a reason")

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lowering/helpers.h"
 #include "lowering/lowering.h"
 #include "lowering_call.h"
 #include "test_util.h"
@@ -112,6 +113,26 @@ float FloorDivRef(float a, float b) {
     floordiv = std::copysign(0.f, a / b);
   }
   return floordiv;
+}
+
+// RoundToF16 is what one f16 operation's result is, kept in f32: the host's own f32 -> f16 -> f32
+// conversion over normal values, ties, f16 subnormals (which reduce_precision alone flushes),
+// overflow to inf, NaN and signed zeros.
+TEST(LoweringHelpers, RoundToF16IsTheHostsHalfConversion) {
+  std::vector<float> x = {0.f, -0.f, 1.f, 1.0004883f, 1.00048828125f, 1.0014648f, 65504.f, 65519.f, 65520.f, -70000.f,
+                          6.1035156e-05f, 6.0e-05f, 3.0e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, -1.0e-06f,
+                          1.0e-09f, kNan, kInf, -kInf, 0.1f, -0.3333333f, 1234.5678f, 3.14159265f};
+  for (int i = 0; i < 2000; ++i)  // a spread over every f16 binade, subnormals included
+    x.push_back(std::ldexp(1.0f + (i % 97) / 97.0f, -26 + (i % 44)) * ((i & 1) ? -1.f : 1.f));
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> expect;
+  for (float v : x) expect.push_back(static_cast<float>(static_cast<_Float16>(v)));
+  Builder b;
+  TensorType type{ElemType::F32, {n}};
+  lowering::Ctx ctx{b, {type}};
+  Value rounded = lowering::RoundToF16(ctx, b.Param(type));
+  std::vector<float> got = RunModule(b, {rounded}, {HostTensor::Of(x, {n})})[0].As<float>();
+  EXPECT_SAME_FLOATS(got, expect, "RoundToF16");
 }
 
 TEST(LoweringElementwise, DivFloorOnNegativeIntegers) {
