@@ -17,6 +17,7 @@ values agree with CPU (greedy tokens equal; the largest relative loss difference
 import argparse
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +31,7 @@ import warnings  # noqa: E402
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
+import torch._dynamo  # noqa: E402
 
 import torch_tpu  # noqa: E402
 
@@ -182,16 +184,28 @@ def main():
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--only", default=",".join(WORKLOADS))
     p.add_argument("--family", default="llama,qwen2")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # family:workload, in this process
     args = p.parse_args()
     args.new_lengths = args.new_lengths or (3 if args.quick else 10)
     args.new_tokens = args.new_tokens or (4 if args.quick else 16)
+    if args.child:
+        # Enough recompilations that exact shapes compile rather than fall back to eager (Dynamo's 8).
+        torch._dynamo.config.recompile_limit = 64
+        family, name = args.child.split(":")
+        bench(name, family, args)
+        return 0
     print(f"torch_tpu {torch_tpu.__file__}; TORCH_TPU_BUCKETS={os.environ.get('TORCH_TPU_BUCKETS', '(default)')}; "
-          f"eager mode {torch_tpu.get_eager_mode() if hasattr(torch_tpu, 'get_eager_mode') else '?'}", flush=True)
+          f"one process and empty cache per workload", flush=True)
     for family in args.family.split(","):
         for name in args.only.split(","):
             if name.startswith("compiled") and family != "llama":
                 continue  # the compiled workloads run on the Llama only
-            bench(name, family, args)
+            # Each workload in a process of its own with an empty compilation cache: the
+            # families share most per-op programs, which would otherwise be warm.
+            env = dict(os.environ, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(prefix="torch_tpu_shapes_"))
+            cmd = [sys.executable, __file__, "--child", f"{family}:{name}", "--new-lengths", str(args.new_lengths),
+                   "--new-tokens", str(args.new_tokens)] + (["--quick"] if args.quick else [])
+            subprocess.run(cmd, env=env, check=False)
 
 
 if __name__ == "__main__":

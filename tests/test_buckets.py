@@ -177,29 +177,22 @@ def test_op_without_bucket_rule_falls_back_exact_and_is_counted():
     assert d["bucket_programs"] == 0 and d["bucket_exact_programs"] == 3, d
 
 
-def test_buckets_off_refuses_symbolic_graphs(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_BUCKETS", "0")
-    torch._dynamo.reset()
-    g = torch.compile(lambda x: x + 1, backend="tpu", dynamic=True)
-    with pytest.raises(Exception, match="static shapes only"):
-        g(torch.randn(3, device="tpu"))
-
-
-def tiny_llama():
+def tiny_llama(attention="sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attention
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg)
 
 
-def test_tiny_llama_forward_and_training_step_one_program_per_bucket():
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_tiny_llama_forward_and_training_step_one_program_per_bucket(attention):
     import copy
 
     torch._dynamo.reset()
-    cpu = tiny_llama()
+    cpu = tiny_llama(attention)
     tpu = copy.deepcopy(cpu).to("tpu")
     g = torch.compile(tpu, backend="tpu", dynamic=True)
     before = counters()

@@ -272,7 +272,9 @@ def test_input_shaped_otherwise_is_relaid_not_recompiled():
     assert torch.equal(packed.cpu(), expected_packed + 1)
 
 
-def test_dynamic_true_is_refused():
+def test_dynamic_true_is_refused_with_buckets_off(monkeypatch):
+    # With buckets (the default), symbolic graphs run one program per bucket (test_buckets.py).
+    monkeypatch.setenv("TORCH_TPU_BUCKETS", "0")
     g = torch.compile(lambda x: x + 1, backend="tpu", dynamic=True)
     with pytest.raises(Exception, match="static shapes only"):
         g(torch.randn(3, device="tpu"))

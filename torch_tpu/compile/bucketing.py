@@ -92,6 +92,26 @@ def _padded(layout):
     return layout is not None and any(_dim_padded(d) for d in layout)
 
 
+def _normal_dim(factors):
+    """A dim's factors with adjacent exact ones merged and 1s dropped: equal dims compare equal."""
+    out = []
+    for f in factors:
+        if _exact(f) and f[0] == 1:
+            continue
+        if out and _exact(f) and _exact(out[-1]):
+            n = out[-1][0] * f[0]
+            out[-1] = (n, sympy.Integer(n))
+        else:
+            out.append(f)
+    return tuple(out) or ((1, sympy.Integer(1)),)
+
+
+def _normal(layout):
+    if isinstance(layout, list):
+        return [_normal(x) for x in layout]
+    return None if layout is None else tuple(_normal_dim(d) for d in layout)
+
+
 def _canonical_dim(expr, phys):
     """The factors of a dim at a graph boundary or from a factory: a bare symbol (or an
     expression of one symbol) is one padded factor; c * s is (c, s), batch-major."""
@@ -133,8 +153,13 @@ class _Specializer:
             return type(val)(self.static_val(v) for v in val)
         if isinstance(val, torch.SymInt):
             return _eval(_expr(val), self.phys)
-        if _is_sym(val):
-            raise _Fallback("a symbolic float or bool")
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            # a value computed from sizes (batch norm's n / (n - 1)): consumers that take it as a
+            # value make a padded graph fall back (check_scalars); at exact sizes it is exact
+            v = val.node.expr.xreplace(self.phys)
+            if isinstance(v, sympy.Basic) and not v.is_number:
+                raise _Fallback(f"unbound value {val.node.expr}")
+            return float(v) if isinstance(val, torch.SymFloat) else bool(v)
         return val
 
     def const(self, v):
@@ -219,7 +244,7 @@ class _Specializer:
                 new = self.graph.placeholder(node.name)
                 new.meta["val"] = self.static_val(val)
                 self.env[node] = new
-                layout = self.boundary_layout(val, self.known.get(node.name))
+                layout = _normal(self.boundary_layout(val, self.known.get(node.name)))
                 self.layouts[node] = layout
                 self.tensor_inputs.append(i)
                 self.input_layouts[i] = layout
@@ -274,7 +299,7 @@ class _Specializer:
                 self.env[node] = self.static_val(val)
                 return
             # a size computed on the host (sym_size, arithmetic on sizes): its bucket value
-            if isinstance(val, (torch.SymInt, int)) or val is None:
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) or val is None:
                 self.env[node] = self.static_val(val)
                 return
             raise _Fallback(f"{node.target} computing a {type(val).__name__}")
@@ -305,12 +330,15 @@ class _Specializer:
             new.meta["val"] = self.static_val(val)
             replaced = new
         self.env[orig] = replaced
-        self.layouts[orig] = layout
+        self.layouts[orig] = _normal(layout)
 
     def check_scalars(self, node):
-        """A size used as a value (a Scalar or Tensor argument) would read the bucket, not the size."""
+        """A size used as a value (a Scalar or Tensor argument) would read the bucket, not the size.
+        arange's end is a size: arange(bucket) holds arange(size) as its valid prefix."""
         schema = node.target._schema
         for i, a in enumerate(schema.arguments):
+            if node.target in _ARANGES and a.name == "end":
+                continue
             v = node.args[i] if i < len(node.args) and not a.kwarg_only else node.kwargs.get(a.name)
             t = a.type
             if isinstance(v, torch.fx.Node) and not isinstance(_node_val(v), torch.Tensor) and not isinstance(
@@ -318,8 +346,15 @@ class _Specializer:
                 raise _Fallback(f"{_op_name(node.target)} (a size used as a value)")
 
     # -- per-op rules: (args, kwargs, output layout, replacement node or None)
-    def in_layout(self, v):
-        return self.layouts.get(v) if isinstance(v, torch.fx.Node) else None
+    def lay(self, v):
+        """The layout of tensor node `v`; an exact one where none was recorded (None: not a tensor)."""
+        if not isinstance(v, torch.fx.Node):
+            return None
+        layout = self.layouts.get(v)
+        val = _node_val(v)
+        if layout is None and isinstance(val, torch.Tensor):
+            layout = tuple(((n, sympy.Integer(n)),) for n in (_eval(_expr(d), self.phys) for d in val.shape))
+        return layout
 
     def rule(self, node, args, kwargs):
         val = _node_val(node)
@@ -356,7 +391,7 @@ def _broadcast_layout(sp, node, operands):
         for a in operands:
             if not isinstance(a, torch.fx.Node) or not isinstance(_node_val(a), torch.Tensor):
                 continue
-            la, va = sp.layouts.get(a), _node_val(a)
+            la, va = sp.lay(a), _node_val(a)
             j = i - (out.dim() - va.dim())
             if j < 0 or la is None:
                 continue
@@ -386,17 +421,17 @@ def _factory(sp, node, args, kwargs):
 
 def _same(sp, node, args, kwargs):
     """Same layout as the first operand (clone, alias, contiguous copies)."""
-    return args, kwargs, sp.layouts.get(node.args[0]), None
+    return args, kwargs, sp.lay(node.args[0]), None
 
 
 def _permute(sp, node, args, kwargs):
-    lay = sp.layouts[node.args[0]]
+    lay = sp.lay(node.args[0])
     dims = [d % len(lay) for d in node.args[1]]
     return args, kwargs, tuple(lay[d] for d in dims), None
 
 
 def _transpose(sp, node, args, kwargs):
-    lay = list(sp.layouts[node.args[0]])
+    lay = list(sp.lay(node.args[0]))
     if node.target is aten.t.default:
         a, b = 0, len(lay) - 1
     else:
@@ -406,14 +441,14 @@ def _transpose(sp, node, args, kwargs):
 
 
 def _unsqueeze(sp, node, args, kwargs):
-    lay = list(sp.layouts[node.args[0]])
+    lay = list(sp.lay(node.args[0]))
     d = node.args[1] % (len(lay) + 1)
     lay.insert(d, ((1, sympy.Integer(1)),))
     return args, kwargs, tuple(lay), None
 
 
 def _squeeze(sp, node, args, kwargs):
-    lay = sp.layouts[node.args[0]]
+    lay = sp.lay(node.args[0])
     out = _node_val(node)
     kept = [f for f in lay if not (len(f) == 1 and f[0][0] == 1 and _exact(f[0]))]
     if len(kept) != out.dim():
@@ -422,7 +457,7 @@ def _squeeze(sp, node, args, kwargs):
 
 
 def _expand(sp, node, args, kwargs):
-    lay = sp.layouts[node.args[0]]
+    lay = sp.lay(node.args[0])
     out = _node_val(node)
     src = _node_val(node.args[0])
     res = []
@@ -437,7 +472,7 @@ def _expand(sp, node, args, kwargs):
 
 def _view(sp, node, args, kwargs):
     """A view or reshape keeps each padded factor whole; exact factors may split or merge."""
-    lay = sp.layouts[node.args[0]]
+    lay = sp.lay(node.args[0])
     atoms = [f for d in lay for f in d]
     out = _node_val(node)
     res = []
@@ -471,7 +506,7 @@ def _view(sp, node, args, kwargs):
 
 
 def _slice(sp, node, args, kwargs):
-    lay = list(sp.layouts[node.args[0]])
+    lay = list(sp.lay(node.args[0]))
     dim = node.args[1] % len(lay) if len(node.args) > 1 else 0
     start = node.args[2] if len(node.args) > 2 else 0
     step = node.args[4] if len(node.args) > 4 else 1
@@ -489,8 +524,25 @@ def _slice(sp, node, args, kwargs):
     return args, kwargs, tuple(lay), None
 
 
+def _scatter_into(sp, node, args, kwargs):
+    """slice_scatter / select_scatter (a slice's or select's backward) along an exact dim."""
+    lay = sp.lay(node.args[0])
+    dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % len(lay)
+    if _dim_padded(lay[dim]):
+        # A slice's backward that fills the rest of the dim: the source's padding lands in the
+        # result's padding only when the slice ran to the logical end from a static start.
+        start = node.args[3] if len(node.args) > 3 else node.kwargs.get("start", 0)
+        step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+        src = _node_val(node.args[1])
+        whole = _expr(_node_val(node.args[0]).shape[dim])
+        if (node.target is not aten.slice_scatter.default or len(lay[dim]) != 1 or not isinstance(start, int)
+                or start < 0 or step != 1 or sympy.simplify(_expr(src.shape[dim]) - (whole - start)) != 0):
+            raise _Fallback(f"{_op_name(node.target)} (along a padded dim, not to its end)")
+    return args, kwargs, lay, None
+
+
 def _select(sp, node, args, kwargs):
-    lay = list(sp.layouts[node.args[0]])
+    lay = list(sp.lay(node.args[0]))
     dim = node.args[1] % len(lay)
     if _dim_padded(lay[dim]) and (not isinstance(node.args[2], int) or node.args[2] < 0):
         raise _Fallback("aten.select.int (a padded dim at a symbolic or negative index)")
@@ -504,11 +556,11 @@ def _cat(sp, node, args, kwargs):
     out = _node_val(node)
     dim %= out.dim()
     for t in tensors[:-1]:
-        lt = sp.layouts.get(t)
+        lt = sp.lay(t)
         if lt is not None and _dim_padded(lt[dim]):
             raise _Fallback("aten.cat.default (a padded operand before another along the padded dim)")
     layout = list(_broadcast_layout(sp, node, tensors))
-    last = sp.layouts.get(tensors[-1]) if tensors else None
+    last = sp.lay(tensors[-1]) if tensors else None
     if last is not None and _dim_padded(last[dim]):
         if len(last[dim]) != 1:
             raise _Fallback("aten.cat.default (along a flattened padded dim)")
@@ -542,7 +594,7 @@ def _reduce_layout(lay, dims, keep):
 def _reduction(fill):
     def rule(sp, node, args, kwargs):
         src = node.args[0]
-        lay = sp.layouts[src]
+        lay = sp.lay(src)
         dims = _reduced_dims(node, len(lay))
         masked = sp.mask(sp.env[src], lay, dims, fill)
         args = (masked, *args[1:])
@@ -553,61 +605,45 @@ def _reduction(fill):
 def _mean(sp, node, args, kwargs):
     """mean = sum of the valid values / the logical count (one division per padded factor)."""
     src = node.args[0]
-    lay = sp.layouts[src]
+    lay = sp.lay(src)
     dims = _reduced_dims(node, len(lay))
     keep = _keepdim(node)
     dtype = kwargs.get("dtype") if node.target is not aten.mean.default else None
     masked = sp.mask(sp.env[src], lay, dims, 0.0)
+    if masked is sp.env[src]:
+        return args, kwargs, _reduce_layout(lay, dims, keep), None
     total = sp.emit(aten.sum.dim_IntList, (masked, dims, keep), {"dtype": dtype} if dtype else {})
-    exact = 1
-    for d in dims:
-        for f in lay[d]:
-            if _exact(f):
-                exact *= f[0]
-            else:
-                total = sp.emit(aten.div.Tensor, (total, sp.logical_input(f[1])))
-    if exact != 1:
-        total = sp.emit(aten.div.Tensor, (total, exact))
-    return args, kwargs, _reduce_layout(lay, dims, keep), total
+    count = sympy.Mul(*[f[1] for d in dims for f in lay[d]])
+    if not count.free_symbols:  # no padded dim reduced: the op as it is
+        return args, kwargs, _reduce_layout(lay, dims, keep), None
+    mean = sp.emit(aten.div.Tensor, (total, sp.logical_input(count)))
+    return args, kwargs, _reduce_layout(lay, dims, keep), mean
 
 
 def _var(sp, node, args, kwargs):
-    """var(x, dims, correction) over padded dims: a masked mean, masked squared deviations."""
+    """var(x, dims, correction) over padded dims: a masked mean, then masked squared deviations
+    over the logical count minus the correction."""
     src = node.args[0]
-    lay = sp.layouts[src]
+    lay = sp.lay(src)
     dims = _reduced_dims(node, len(lay))
-    if not any(_dim_padded(lay[d]) for d in dims):
-        return args, kwargs, _reduce_layout(lay, dims, _keepdim(node, 3) if False else node.kwargs.get(
-            "keepdim", False)), None
     keep = bool(node.kwargs.get("keepdim", False))
-    correction = node.kwargs.get("correction", 1)
+    if not any(_dim_padded(lay[d]) for d in dims):
+        return args, kwargs, _reduce_layout(lay, dims, keep), None
+    correction = node.kwargs.get("correction")
     correction = 1 if correction is None else correction
     x = sp.mask(sp.env[src], lay, dims, 0.0)
-    total = sp.emit(aten.sum.dim_IntList, (x, dims, True))
-    count = None
-    exact = 1
-    for d in dims:
-        for f in lay[d]:
-            if _exact(f):
-                exact *= f[0]
-            else:
-                n = sp.logical_input(f[1])
-                count = n if count is None else sp.emit(aten.mul.Tensor, (count, n))
-    count = sp.emit(aten.mul.Tensor, (count, exact)) if exact != 1 else count
-    mean = sp.emit(aten.div.Tensor, (total, count))
+    count = sp.logical_input(sympy.Mul(*[f[1] for d in dims for f in lay[d]]))
+    mean = sp.emit(aten.div.Tensor, (sp.emit(aten.sum.dim_IntList, (x, dims, True)), count))
     dev = sp.mask(sp.emit(aten.sub.Tensor, (sp.env[src], mean)), lay, dims, 0.0)
-    sq = sp.emit(aten.sum.dim_IntList, (sp.emit(aten.mul.Tensor, (dev, dev)), dims, keep))
+    squares = sp.emit(aten.sum.dim_IntList, (sp.emit(aten.mul.Tensor, (dev, dev)), dims, keep))
     denom = sp.emit(aten.sub.Tensor, (count, correction)) if correction else count
-    result = sp.emit(aten.div.Tensor, (sq, denom))
-    if not keep:
-        pass
-    return args, kwargs, _reduce_layout(lay, dims, keep), result
+    return args, kwargs, _reduce_layout(lay, dims, keep), sp.emit(aten.div.Tensor, (squares, denom))
 
 
 def _softmax(fill_input):
     def rule(sp, node, args, kwargs):
         src = node.args[0]
-        lay = sp.layouts[src]
+        lay = sp.lay(src)
         dim = node.args[1] % len(lay)
         args = (sp.mask(sp.env[src], lay, [dim], fill_input), *args[1:])
         return args, kwargs, lay, None
@@ -618,12 +654,12 @@ def _softmax_backward(sp, node, args, kwargs):
     grad = node.args[0]
     lay = _broadcast_layout(sp, node, [node.args[0], node.args[1]])
     dim = node.args[2] % len(lay)
-    args = (sp.mask(sp.env[grad], sp.layouts[grad], [dim], 0.0), *args[1:])
+    args = (sp.mask(sp.env[grad], sp.lay(grad), [dim], 0.0), *args[1:])
     return args, kwargs, lay, None
 
 
 def _cumsum(sp, node, args, kwargs):
-    lay = sp.layouts[node.args[0]]
+    lay = sp.lay(node.args[0])
     dim = node.args[1] % max(len(lay), 1)
     if _dim_padded(lay[dim]) and len(lay[dim]) != 1:
         raise _Fallback("aten.cumsum.default (along a flattened padded dim)")
@@ -638,7 +674,7 @@ def _mm(sp, node, args, kwargs):
         bias, a, b = node.args[:3]
     else:
         bias, (a, b) = None, node.args[:2]
-    la, lb = sp.layouts[a], sp.layouts[b]
+    la, lb = sp.lay(a), sp.lay(b)
     ka, kb = len(la) - 1, len(lb) - 2
     if la[ka] != lb[kb] and (_dim_padded(la[ka]) or _dim_padded(lb[kb])):
         raise _Fallback(f"{_op_name(op)} (contracted dims padded differently)")
@@ -653,7 +689,7 @@ def _mm(sp, node, args, kwargs):
     out = list(la[:-1]) + [lb[-1]]
     layout = tuple(out)
     if bias is not None:
-        lbias = sp.layouts.get(bias)
+        lbias = sp.lay(bias)
         if _padded(lbias):
             layout = _broadcast_layout(sp, node, [a, bias])
             layout = tuple(list(layout[:-1]) + [lb[-1]])
@@ -662,9 +698,9 @@ def _mm(sp, node, args, kwargs):
 
 def _embedding(sp, node, args, kwargs):
     weight, indices = node.args[:2]
-    if _padded(sp.layouts.get(weight)):
+    if _padded(sp.lay(weight)):
         raise _Fallback("aten.embedding.default (a padded table)")
-    li = sp.layouts[indices]
+    li = sp.lay(indices)
     idx = sp.mask(sp.env[indices], li, range(len(li)), 0)
     out = _node_val(node)
     return (args[0], idx, *args[2:]), kwargs, tuple(li) + (((int(out.shape[-1]), sympy.Integer(int(out.shape[-1]))),),), None
@@ -672,8 +708,8 @@ def _embedding(sp, node, args, kwargs):
 
 def _embedding_backward(sp, node, args, kwargs):
     grad, indices = node.args[:2]
-    li = sp.layouts[indices]
-    lg = sp.layouts[grad]
+    li = sp.lay(indices)
+    lg = sp.lay(grad)
     g = sp.mask(sp.env[grad], lg, range(len(li)), 0.0)
     idx = sp.mask(sp.env[indices], li, range(len(li)), 0)
     return (g, idx, *args[2:]), kwargs, None, None
@@ -681,7 +717,7 @@ def _embedding_backward(sp, node, args, kwargs):
 
 def _index(sp, node, args, kwargs):
     src, indices = node.args[:2]
-    ls = sp.layouts[src]
+    ls = sp.lay(src)
     if any(i is None for i in indices):
         raise _Fallback("aten.index.Tensor (indices after a skipped dim)")
     for d in range(len(indices)):
@@ -689,12 +725,14 @@ def _index(sp, node, args, kwargs):
             raise _Fallback("aten.index.Tensor (into a flattened padded dim)")
     new_idx = []
     for i in indices:
-        li = sp.layouts.get(i)
+        li = sp.lay(i)
         new_idx.append(sp.mask(sp.env[i], li, range(len(li)), 0) if _padded(li) else sp.env[i])
     idx_layout = _broadcast_layout(sp, _Stub(_index_shape(node, len(indices))), indices)
     layout = tuple(idx_layout) + tuple(ls[len(indices):])
     return (args[0], new_idx, *args[2:]), kwargs, layout, None
 
+
+_ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
 
 _SCALAR_TO_TENSOR = {
     aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
@@ -709,6 +747,27 @@ class _Retargeted:
         self._node, self.target = node, target
         self.args = (node.args[0], None, *node.args[2:])
         self.kwargs, self.meta, self.name = node.kwargs, node.meta, node.name
+
+
+def _index_put(sp, node, args, kwargs):
+    """index_put(self, indices, values, accumulate=True) (index's backward): padded index
+    positions add a zero gradient to row 0; indexed dims of one padded factor take logical positions."""
+    dst, indices, values = node.args[:3]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    ld = sp.lay(dst)
+    if any(i is None for i in indices):
+        raise _Fallback("aten.index_put.default (indices after a skipped dim)")
+    if any(_dim_padded(ld[d]) and len(ld[d]) != 1 for d in range(len(indices))):
+        raise _Fallback("aten.index_put.default (into a flattened padded dim)")
+    padded_idx = [_padded(sp.lay(i)) for i in indices]
+    if any(padded_idx) and not accumulate:
+        raise _Fallback("aten.index_put.default (padded indices without accumulate)")
+    new_idx = [sp.mask(sp.env[i], sp.lay(i), range(len(sp.lay(i))), 0) if p else sp.env[i]
+               for i, p in zip(indices, padded_idx)]
+    lv = sp.lay(values)
+    n_idx = len(lv) - (len(ld) - len(indices))
+    new_values = sp.mask(sp.env[values], lv, range(max(n_idx, 0)), 0.0) if any(padded_idx) else sp.env[values]
+    return (args[0], new_idx, new_values, *args[3:]), kwargs, ld, None
 
 
 class _Stub:
@@ -743,23 +802,23 @@ def _sdpa(backward):
             q, k, v = node.args[:3]
             bias = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_bias")
             causal = node.args[5] if len(node.args) > 5 else node.kwargs.get("is_causal", False)
-        lq, lk, lv = sp.layouts[q], sp.layouts[k], sp.layouts[v]
+        lq, lk, lv = sp.lay(q), sp.lay(k), sp.lay(v)
         if lk[-2] != lv[-2] or any(_dim_padded(f) for f in (*lq[:-2], lq[-1], *lk[:-2], lk[-1], lv[-1])):
             raise _Fallback(f"{_op_name(node.target)} (padded dims other than the sequences)")
         new = list(args)
         pos = 4 if backward else 3
         if _dim_padded(lk[-2]):
             if bias is not None:
-                lb = sp.layouts.get(bias)
+                lb = sp.lay(bias)
                 if lb is None or len(lb) < 2:
                     raise _Fallback(f"{_op_name(node.target)} (a bias without the key dim)")
                 new[pos] = sp.mask(sp.env[bias], lb, [len(lb) - 1], -math.inf)
             elif not (causal and lq[-2] == lk[-2]):
                 raise _Fallback(f"{_op_name(node.target)} (padded keys without a mask)")
         if backward:
-            lg = sp.layouts[grad_out]
+            lg = sp.lay(grad_out)
             new[0] = sp.mask(sp.env[grad_out], lg, [len(lg) - 2], 0.0)
-            outs = [lq, lk, lv, sp.layouts.get(bias) if bias is not None else None]
+            outs = [lq, lk, lv, sp.lay(bias) if bias is not None else None]
         else:
             lse = tuple(lq[:-1])
             outs = [lq[:-1] + (lv[-1],), lse] + [None] * 7
@@ -775,6 +834,7 @@ _RULES = {
     aten.squeeze.default: _squeeze, aten.expand.default: _expand,
     aten.view.default: _view, aten._unsafe_view.default: _view, aten.reshape.default: _view,
     aten.slice.Tensor: _slice, aten.select.int: _select, aten.cat.default: _cat,
+    aten.slice_scatter.default: _scatter_into, aten.select_scatter.default: _scatter_into,
     aten.sum.dim_IntList: _reduction(0.0), aten.sum.default: _reduction(0.0),
     aten.amax.default: _reduction(-math.inf), aten.amin.default: _reduction(math.inf),
     aten.mean.dim: _mean, aten.mean.default: _mean, aten.var.correction: _var,
@@ -784,7 +844,7 @@ _RULES = {
     aten.cumsum.default: _cumsum,
     aten.mm.default: _mm, aten.bmm.default: _mm, aten.addmm.default: _mm,
     aten.embedding.default: _embedding, aten.embedding_dense_backward.default: _embedding_backward,
-    aten.index.Tensor: _index,
+    aten.index.Tensor: _index, aten.index_put.default: _index_put,
     aten._scaled_dot_product_fused_attention_overrideable.default: _sdpa(False),
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: _sdpa(True),
 }
@@ -878,12 +938,17 @@ class Bucketed:
             else:
                 try:
                     entry = self.build(actual, True)
-                except _Fallback as e:
-                    _stats.count_keyed("bucket_fallbacks_by_op", str(e))
+                except Exception as e:  # noqa: BLE001 (a rule's own error must not cost the call: exact sizes)
+                    reason = str(e) if isinstance(e, _Fallback) else f"internal: {type(e).__name__}: {e}"
+                    _stats.count_keyed("bucket_fallbacks_by_op", reason[:160])
                     self.__dict__.setdefault("_fallen", set()).add(key)
                     padded = False
         if entry is None:
-            entry = self.build(actual, False)
+            try:
+                entry = self.build(actual, False)
+            except Exception as e:  # noqa: BLE001 (the graph as Dynamo gave it, run eagerly)
+                _stats.count_keyed("bucket_fallbacks_by_op", f"eager: {type(e).__name__}: {e}"[:160])
+                return list(self.gm(*args))
         program, sp = entry
         inputs = []
         for i in sp.tensor_inputs:
