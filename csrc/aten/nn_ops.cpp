@@ -45,8 +45,9 @@ int64_t FusedSdpChoice(const Tensor& query, const Tensor& key, const Tensor& val
   if (query.is_nested() || key.is_nested() || value.is_nested()) return math;
   if (query.dim() < 3 || key.dim() != query.dim() || value.dim() != query.dim()) return math;
   if (!at::isFloatingType(query.scalar_type())) return math;
-  int64_t hq = query.size(-3), hk = key.size(-3);
-  if (hq != hk && (!enable_gqa || hk == 0 || hq % hk != 0 || value.size(-3) != hk)) return math;
+  // sym_size: under torch.compile with symbolic sizes, size() would specialize every dim.
+  c10::SymInt hq = query.sym_size(-3), hk = key.sym_size(-3);
+  if (hq != hk && (!enable_gqa || hk == 0 || hq % hk != 0 || value.sym_size(-3) != hk)) return math;
   return static_cast<int64_t>(at::SDPBackend::overrideable);
 }
 

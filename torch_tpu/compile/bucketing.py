@@ -803,8 +803,11 @@ def _sdpa(backward):
             bias = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_bias")
             causal = node.args[5] if len(node.args) > 5 else node.kwargs.get("is_causal", False)
         lq, lk, lv = sp.lay(q), sp.lay(k), sp.lay(v)
-        if lk[-2] != lv[-2] or any(_dim_padded(f) for f in (*lq[:-2], lq[-1], *lk[:-2], lk[-1], lv[-1])):
-            raise _Fallback(f"{_op_name(node.target)} (padded dims other than the sequences)")
+        # Batch dims may be padded alike (rows of their own); head dims (GQA) and features are exact.
+        batch_ok = all(not any(_dim_padded(x[i]) for x in (lq, lk, lv)) or lq[i] == lk[i] == lv[i]
+                       for i in range(len(lq) - 3)) and not any(_dim_padded(x[-3]) for x in (lq, lk, lv))
+        if lk[-2] != lv[-2] or not batch_ok or any(_dim_padded(x[-1]) for x in (lq, lk, lv)):
+            raise _Fallback(f"{_op_name(node.target)} (padded dims other than the sequences and batch)")
         new = list(args)
         pos = 4 if backward else 3
         if _dim_padded(lk[-2]):
