@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import torch._dynamo  # noqa: E402
 
 import torch_tpu  # noqa: E402
+import torch_tpu.buckets  # noqa: E402
 
 VOCAB = 512
 WORKLOADS = ["gen-dynamic", "gen-static", "train", "compiled-fwd", "compiled-train"]
@@ -143,9 +144,15 @@ def compare(name, cpu, tpu):
     return None, worst
 
 
-def lengths_for(quick, new):
+def lengths_for(quick, new, name):
+    """(warm-up lengths, new lengths). The compiled workloads also warm up on one length in each
+    default bucket (torch_tpu.buckets) up to the largest new length, so that a new length after
+    warm-up meets a bucket already seen, as a server warmed up on its buckets would."""
     warm = [6, 20, 44, 90] if not quick else [6, 20, 44]
     top = 150 if not quick else 60
+    if name.startswith("compiled"):
+        edges = sorted({torch_tpu.buckets._default(n) for n in range(5, top)})
+        warm = sorted(set(warm) | {e - 1 for e in edges})
     rng = random.Random(47)
     pool = [n for n in range(5, top) if n not in warm]
     return warm, sorted(rng.sample(pool, new))
@@ -153,7 +160,7 @@ def lengths_for(quick, new):
 
 def bench(name, family, args):
     w = Workload(name, family, args.new_tokens)
-    warm, new = lengths_for(args.quick, args.new_lengths)
+    warm, new = lengths_for(args.quick, args.new_lengths, name)
     for n in warm:
         w.run("tpu", n)
         w.run("cpu", n)
@@ -172,7 +179,7 @@ def bench(name, family, args):
     last = counters()
     tokens_equal, rel = compare(name, cpu_vals, tpu_vals)
     values = f"tokens equal to CPU: {tokens_equal}" if tokens_equal is not None else f"loss rel. diff {rel:.2e}"
-    print(f"{family:6s} {name:15s} programs per new length {per_length} (total {sum(per_length)}), "
+    print(f"{family:6s} {name:15s} new lengths {new}: programs per new length {per_length} (total {sum(per_length)}), "
           f"pads {last['pads'] - first['pads']}, fallbacks {last['fallbacks'] - first['fallbacks']}, "
           f"tpu {tpu_s:.2f}s cpu {cpu_s:.2f}s ratio {tpu_s / max(cpu_s, 1e-9):.1f}x, {values}", flush=True)
 

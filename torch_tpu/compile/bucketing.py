@@ -702,8 +702,8 @@ def _embedding(sp, node, args, kwargs):
         raise _Fallback("aten.embedding.default (a padded table)")
     li = sp.lay(indices)
     idx = sp.mask(sp.env[indices], li, range(len(li)), 0)
-    out = _node_val(node)
-    return (args[0], idx, *args[2:]), kwargs, tuple(li) + (((int(out.shape[-1]), sympy.Integer(int(out.shape[-1]))),),), None
+    width = int(_node_val(node).shape[-1])
+    return (args[0], idx, *args[2:]), kwargs, tuple(li) + (((width, sympy.Integer(width)),),), None
 
 
 def _embedding_backward(sp, node, args, kwargs):
