@@ -877,9 +877,11 @@ def _pad(t, layout):
     _stats.count("bucket_pads")
     logical_factors = [int(v) for d in layout for _, v in d]
     phys_factors = [p for d in layout for p, _ in d]
-    out = torch.zeros(phys_factors, dtype=t.dtype, device=t.device)
-    out[tuple(slice(0, n) for n in logical_factors)] = t.reshape(logical_factors)
-    return out.view(phys)
+    pads = []
+    for n, p in reversed(list(zip(logical_factors, phys_factors))):
+        pads += [0, p - n]
+    # one op (constant_pad_nd) per input: zeros after each factor's logical end
+    return torch.constant_pad_nd(t.reshape(logical_factors), pads, 0).view(phys)
 
 
 def _unpad(t, layout):
