@@ -272,7 +272,9 @@ def test_input_shaped_otherwise_is_relaid_not_recompiled():
     assert torch.equal(packed.cpu(), expected_packed + 1)
 
 
-def test_dynamic_true_is_refused():
+def test_dynamic_true_is_refused_with_buckets_off(monkeypatch):
+    # With buckets (the default), symbolic graphs run one program per bucket (test_buckets.py).
+    monkeypatch.setenv("TORCH_TPU_BUCKETS", "0")
     g = torch.compile(lambda x: x + 1, backend="tpu", dynamic=True)
     with pytest.raises(Exception, match="static shapes only"):
         g(torch.randn(3, device="tpu"))
@@ -739,6 +741,7 @@ def test_compile_ahead_of_a_part_of_a_shaped_storage_is_a_hit(shape, part):
     ids = cpu.to("tpu")  # strides (512, 1): .to keeps a [1, 64] tensor's
     emb = torch.randn(shape[0] * 512, 24)
     dev_emb = emb.to("tpu")
+    torch._dynamo.reset()  # each case a first shape: a later one would be automatic dynamic (bucketed)
     f = torch.compile(lambda t: dev_emb[t].sum(-1), backend="tpu")
     before = counters()
     got = f(part(ids))

@@ -15,10 +15,14 @@ COUNTERS = {
     "compile_partitioned_graphs": "FX graphs split because some nodes have no lowering",
     "compile_eager_graph_calls": "calls of a compiled graph that ran eagerly instead",
     "compile_zero_dropouts_dropped": "dropout calls with p=0 left out of Dynamo graphs (they return their input)",
+    "bucket_programs": "graphs with symbolic sizes specialized to a bucket of their sizes (docs/buckets.md)",
+    "bucket_exact_programs": "graphs with symbolic sizes specialized to exact sizes (an op not bucket-aware, or buckets off)",
+    "bucket_pads": "inputs padded to their bucket before a bucketed program (a small program per size)",
 }
 KEYED = {
     "compile_recompile_reasons": "why Dynamo recompiled (its first failed guard)",
     "compile_eager_nodes_by_op": "FX nodes left to run eagerly, by op and reason",
+    "bucket_fallbacks_by_op": "bucket specializations that ran at exact sizes instead, by the op not bucket-aware",
 }
 
 

@@ -9,14 +9,15 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import _compile_stats as _stats
 from .. import _flex_attention
+from .. import buckets as _buckets
 from .decompositions import _decompositions
 from .partition import compile_ahead_enabled, compile_fx
 
 
 _DYNAMIC_MESSAGE = (
-    "torch.compile(backend='tpu') compiles static shapes only: dynamic=True, torch._dynamo.mark_dynamic and "
-    "symbolic shapes are not supported yet. Leave `dynamic` unset (or pass dynamic=False): each new input "
-    "shape then compiles its own program.")
+    "torch.compile(backend='tpu') compiles static shapes only with TORCH_TPU_BUCKETS=0 (off): dynamic=True, "
+    "torch._dynamo.mark_dynamic and symbolic shapes need buckets. Unset TORCH_TPU_BUCKETS, or leave `dynamic` "
+    "unset (or pass dynamic=False): each new input shape then compiles its own program.")
 
 
 def _forward_compiler(gm, example_inputs):
@@ -55,6 +56,8 @@ def _note_compile():
 
 
 def _check_static(gm, example_inputs):
+    if _buckets.enabled():
+        return  # symbolic sizes: one program per bucket (bucketing.py)
     if not torch._dynamo.config.assume_static_by_default:
         raise RuntimeError(_DYNAMIC_MESSAGE)
     for x in example_inputs:
@@ -128,10 +131,15 @@ def backend(gm, example_inputs, **kwargs):
         return _aot_backend(gm, example_inputs)
 
 
-# Static shapes by default: without this, Dynamo's automatic dynamic shapes would turn the
-# second shape a function sees into a symbolic graph, which this backend refuses. As with
-# torch.compile(dynamic=False), each new shape is then a recompilation with its own program.
-torch._dynamo.config.automatic_dynamic_shapes = False
+# Dynamo's automatic dynamic shapes: a dim seen with a second size makes the graph symbolic in
+# it, and the backend runs one program per bucket of its sizes (bucketing.py). A shape seen once
+# stays static, so fixed-shape workloads keep their programs. With TORCH_TPU_BUCKETS=0 (off),
+# shapes stay static: each new shape is a recompilation with its own program, and symbolic
+# graphs (dynamic=True, mark_dynamic) are refused.
+torch._dynamo.config.automatic_dynamic_shapes = _buckets.enabled()
+# Python floats (a norm's eps, an attention scale) stay constants of the graph, as with static
+# shapes: dynamic=True would otherwise make them 0-d CPU tensors computed on the host.
+torch._dynamo.config.specialize_float = True
 
 # `torch.compile(backend="tpu")` finds this module through the `torch_dynamo_backends` entry
 # point; when it is imported directly first, register the name here.

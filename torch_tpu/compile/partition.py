@@ -10,6 +10,7 @@ import torch.fx
 
 from .. import _C, _compat
 from .. import _compile_stats as _stats
+from . import bucketing
 from .describe import _HARD, _SOFT, _Describer, _Unsupported, _consumers, _node_val, _op_name
 
 
@@ -145,6 +146,7 @@ class _ForwardOutputs(threading.local):
     positions = {}  # output node name -> position
     storages = []  # _output_storages
     inputs = []  # the forward's example inputs, as its program takes them
+    bucketed = None  # a forward with symbolic sizes (bucketing.Bucketed)
 
 
 _forward_outputs = _ForwardOutputs()
@@ -319,12 +321,28 @@ def _dense_own(t):
             and _is_dense(t.shape, t.stride()) and t.numel() * t.element_size() == t.untyped_storage().nbytes())
 
 
+def _lower_static(gm, name):
+    """A boxed callable for a static graph (a bucket's specialization of a symbolic one)."""
+    program, bad = _lower_whole(gm, name)
+    if program is not None:
+        return program
+    fused = _partition(gm, bad, name)
+    return _boxed(fused if fused is not None else gm)
+
+
 def compile_fx(gm, example_inputs=None, kind="graph"):
     """Lowers one AOTAutograd graph of ATen ops; returns a boxed callable."""
     name = _fresh_name(kind)
     _compat.fold_host_constants_moved_to_tpu(gm)
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return _boxed(gm)
+    if bucketing.symbolic(gm):
+        forward = _forward_outputs.bucketed if kind == "backward" else None
+        program = bucketing.Bucketed(gm, name, _lower_static, forward)
+        if kind == "forward":
+            _forward_outputs.positions = {}  # its outputs are sliced from bucket-sized buffers
+            _forward_outputs.bucketed = program
+        return program
     program, bad = _lower_whole(gm, name)
     if program is not None:
         if kind == "forward":

@@ -45,20 +45,22 @@ int64_t FusedSdpChoice(const Tensor& query, const Tensor& key, const Tensor& val
   if (query.is_nested() || key.is_nested() || value.is_nested()) return math;
   if (query.dim() < 3 || key.dim() != query.dim() || value.dim() != query.dim()) return math;
   if (!at::isFloatingType(query.scalar_type())) return math;
-  int64_t hq = query.size(-3), hk = key.size(-3);
-  if (hq != hk && (!enable_gqa || hk == 0 || hq % hk != 0 || value.size(-3) != hk)) return math;
+  // sym_size: under torch.compile with symbolic sizes, size() would specialize every dim.
+  c10::SymInt hq = query.sym_size(-3), hk = key.sym_size(-3);
+  if (hq != hk && (!enable_gqa || hk == 0 || hq % hk != 0 || value.sym_size(-3) != hk)) return math;
   return static_cast<int64_t>(at::SDPBackend::overrideable);
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> SdpaForwardMeta(const Tensor& q, const Tensor& k, const Tensor& v,
                                                            const std::optional<Tensor>&, double, bool, bool,
                                                            std::optional<double>, std::optional<at::Generator>) {
-  auto out_sizes = q.sizes().vec();
-  out_sizes.back() = v.size(-1);
-  auto lse_sizes = q.sizes().vec();
+  // Symbolic sizes (a torch.compile graph with dynamic shapes) stay symbolic: no guard on them.
+  auto out_sizes = q.sym_sizes().vec();
+  out_sizes.back() = v.sym_size(-1);
+  auto lse_sizes = q.sym_sizes().vec();
   lse_sizes.pop_back();
   auto word = q.options().dtype(at::kLong);
-  return {at::empty(out_sizes, q.options()), at::empty(lse_sizes, q.options().dtype(at::kFloat)),
+  return {at::empty_symint(out_sizes, q.options()), at::empty_symint(lse_sizes, q.options().dtype(at::kFloat)),
           at::empty({}, word), at::empty({}, word)};
 }
 
@@ -72,7 +74,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
                            bool, std::optional<double>, std::optional<at::Generator>)>();
   auto [out, lse, seed, offset] =
       op.call(query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask, scale, std::nullopt);
-  return {out, lse, Tensor(), Tensor(), c10::SymInt(query.size(-2)), c10::SymInt(key.size(-2)), seed, offset, Tensor()};
+  return {out, lse, Tensor(), Tensor(), query.sym_size(-2), key.sym_size(-2), seed, offset, Tensor()};
 }
 
 // Shapes as CUDA's kernels: hy like hx, workspace [B, 5H] (r, z, n, hx, hn).
