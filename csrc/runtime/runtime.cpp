@@ -318,10 +318,13 @@ void Runtime::CheckProgramLimit() {
 }
 
 std::string Runtime::Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
-                          bool from_disk, const std::string& disk_key) {
+                          bool from_disk, const std::string& disk_key, Effort effort) {
   if (DumpDir().empty()) return "";
-  DumpRecord record{op_name, detail, from_disk, dump_platform_, compile_options_,
-                    disk_key.empty() && !cache_dir_.empty() ? DiskCacheKey(module_text, disk_key_options_) : disk_key};
+  bool quick = effort == Effort::kQuick;
+  DumpRecord record{op_name, detail, from_disk, dump_platform_, quick ? quick_compile_options_ : compile_options_,
+                    disk_key.empty() && !cache_dir_.empty()
+                        ? DiskCacheKey(module_text, quick ? quick_disk_key_options_ : disk_key_options_)
+                        : disk_key};
   return DumpProgram(record, module_text);
 }
 
@@ -365,7 +368,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
   m.disk_cache_hits++;
   m.disk_load_time_us +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/true, key);
+  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/true, key, effort);
   int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/true);
   std::lock_guard<std::mutex> lock(cache_mu_);
   const pjrt::ExecutablePtr& kept = executables_.emplace(memory_key, exe).first->second;
@@ -420,7 +423,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   Metrics& m = GetMetrics();
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
-  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
+  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key, effort);
   int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
   auto start = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe;

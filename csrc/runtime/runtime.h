@@ -196,7 +196,7 @@ class Runtime {
   static std::string MemoryKey(const std::string& module_text, Effort effort);
   // Writes the module to TORCH_TPU_DUMP_DIR when set (dump.h); returns the file ("" if none).
   std::string Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
-                   bool from_disk, const std::string& disk_key);
+                   bool from_disk, const std::string& disk_key, Effort effort);
   size_t MappingsInUse();    // this process's memory mappings, recounted at adaptive intervals
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
