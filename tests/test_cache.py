@@ -78,6 +78,24 @@ def test_concurrent_processes_share_the_cache(tmp_path):
     assert _run(tmp_path)["m"]["programs_compiled"] == 0, outs
 
 
+def test_many_processes_compiling_the_same_programs_into_one_folder(tmp_path):
+    # A folder shared by many processes (a pod's hosts): each publishes its entries by rename, so
+    # whichever writer wins, every entry is whole, and a later process loads every program.
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_EAGER_MODE="strict")
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len({o["sum"] for o in outs}) == 1
+    assert not glob.glob(str(tmp_path / "*" / "*.tmp.*"))
+    entries = glob.glob(str(tmp_path / "*" / "*.bin"))
+    programs = max(o["m"]["programs_compiled"] + o["m"]["disk_cache_hits"] for o in outs)
+    assert len(entries) == programs
+    warm = _run(tmp_path)
+    assert warm["m"]["programs_compiled"] == 0 and warm["m"]["disk_cache_hits"] == programs
+    assert warm["sum"] == outs[0]["sum"]
+
+
 # 40 programs of distinct shapes: more than one eviction period (a scan every 32 writes).
 MANY = (
     "import torch, torch_tpu, json\n"

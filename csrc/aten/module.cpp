@@ -44,6 +44,7 @@ py::dict MetricsDict() {
   d["signature_cache_hits"] = m.signature_hits.load();
   d["signature_cache_misses"] = m.signature_misses.load();
   d["programs_compiled"] = m.programs_compiled.load();
+  d["programs_compiled_quick"] = m.programs_compiled_quick.load();
   d["compile_cache_hits"] = m.compile_cache_hits.load();
   d["compile_in_flight_waits"] = m.compile_in_flight_waits.load();
   d["disk_cache_hits"] = m.disk_cache_hits.load();

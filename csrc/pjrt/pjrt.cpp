@@ -641,6 +641,27 @@ std::string PortableCompileOptions() {
   return options;
 }
 
+void AppendOptionOverride(std::string& options, const std::string& name, int64_t value) {
+  // CompileOptionsProto: env_option_overrides(7), a map<string, OptionOverrideProto> whose
+  // entries are {key(1), value(2)}; OptionOverrideProto: int_field(3). A map field merges, so
+  // the entry is appended to the encoded options.
+  std::string override_value;
+  AppendInt(override_value, 3, value);
+  std::string entry;
+  AppendBytes(entry, 1, name);
+  AppendBytes(entry, 2, override_value);
+  AppendBytes(options, 7, entry);
+}
+
+void AppendOptionOverride(std::string& options, const std::string& name, bool value) {
+  std::string override_value;  // OptionOverrideProto: bool_field(2)
+  AppendInt(override_value, 2, value ? 1 : 0);
+  std::string entry;
+  AppendBytes(entry, 1, name);
+  AppendBytes(entry, 2, override_value);
+  AppendBytes(options, 7, entry);
+}
+
 std::string CompileOptionsFor(int64_t num_replicas, int64_t num_partitions) {
   if (num_replicas == 1 && num_partitions == 1) return PortableCompileOptions();
   // DeviceAssignmentProto: replica_count(1), computation_count(2), one computation_devices(3)

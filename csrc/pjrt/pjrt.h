@@ -205,6 +205,11 @@ class Client {
 // on an empty one).
 std::string PortableCompileOptions();
 
+// Appends a compiler debug option by name (CompileOptionsProto's env_option_overrides, which XLA
+// applies as it does XLA_FLAGS) to encoded compile options.
+void AppendOptionOverride(std::string& options, const std::string& name, int64_t value);
+void AppendOptionOverride(std::string& options, const std::string& name, bool value);
+
 // The CompileOptionsProto for a program over num_replicas x num_partitions devices: the runtime's
 // portable single-device options for 1 x 1, otherwise the same build options with those counts,
 // SPMD partitioning when num_partitions > 1, and a device assignment of devices 0..n-1.

@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <cstdlib>
+#include <optional>
 
 #include "collective_rendezvous.h"
 #include "env.h"
@@ -44,9 +45,20 @@ int Program::NextId() {
   return next_id++;
 }
 
+// A per-op program compiled in fused mode mostly runs a graph's first flushes, until the whole
+// graph's program is ready, or ops whose shapes change every step (a growing sequence): it is
+// compiled quickly where that gives the same values (compile_effort.h). In strict and debug
+// modes per-op programs are the steady state and get the full effort.
+// TORCH_TPU_QUICK_OP_COMPILE=1 compiles exact per-op programs quickly in every mode, =0 never.
+static Runtime::Effort PerOpEffort(const std::string& module_text) {
+  static std::optional<int64_t> setting = EnvInt("TORCH_TPU_QUICK_OP_COMPILE", 0, 1);
+  bool wanted = setting ? *setting == 1 : Executor::Get().mode() == Mode::kFused;
+  return wanted && ExactAtAnyEffort(module_text) ? Runtime::Effort::kQuick : Runtime::Effort::kFull;
+}
+
 const pjrt::ExecutablePtr& Program::Compiled() {
   std::lock_guard<std::mutex> lock(compile_mu_);
-  if (!exe_) exe_ = Runtime::Get().Compile(module_text, name);
+  if (!exe_) exe_ = Runtime::Get().Compile(module_text, name, /*notice=*/true, /*detail=*/"", PerOpEffort(module_text));
   return exe_;
 }
 

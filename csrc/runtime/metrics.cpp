@@ -64,7 +64,7 @@ std::map<std::string, int64_t> Metrics::syncs() const {
 }
 
 void Metrics::Reset() {
-  for (auto* c : {&ops_dispatched, &signature_hits, &signature_misses, &programs_compiled,
+  for (auto* c : {&ops_dispatched, &signature_hits, &signature_misses, &programs_compiled, &programs_compiled_quick,
                   &compile_cache_hits, &compile_in_flight_waits, &disk_cache_hits, &disk_cache_misses, &compile_time_us, &disk_load_time_us, &slowest_compile_us, &executions, &donated_buffers, &ops_recorded, &fused_graphs_run, &fused_graphs_compiled, &fused_graphs_op_by_op, &fused_ops, &fused_compile_waits,
                   &host_to_device_bytes, &device_to_host_bytes, &host_syncs, &fallback_total,
                   &collectives_on_device, &collectives_via_host, &collective_agreements, &collective_checks_behind, &replicated_graph_runs, &collectives_in_graphs}) {

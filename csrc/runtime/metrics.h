@@ -15,6 +15,7 @@ struct Metrics {
   std::atomic<int64_t> signature_hits{0};
   std::atomic<int64_t> signature_misses{0};
   std::atomic<int64_t> programs_compiled{0};
+  std::atomic<int64_t> programs_compiled_quick{0};  // of those, at lowered effort (compile_effort.h)
   std::atomic<int64_t> compile_cache_hits{0};  // same module text compiled before
   std::atomic<int64_t> compile_in_flight_waits{0};  // the same module was compiling on another thread
   std::atomic<int64_t> disk_cache_hits{0};

@@ -210,6 +210,7 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   (void)EnvInt("TORCH_TPU_FUSED_WAIT_AFTER", 0, INT64_MAX);
   (void)EnvInt("TORCH_TPU_FUSED_WAIT_RATIO", 0, INT64_MAX);
   (void)EnvInt("TORCH_TPU_FUSED_COMPILE_THREADS", 1, 64);
+  (void)EnvInt("TORCH_TPU_QUICK_OP_COMPILE", 0, 1);  // read by per-op programs (executor.cpp)
   double wait_notice_s = EnvSeconds("TORCH_TPU_WAIT_NOTICE_S").value_or(5.0);
   auto plugin = pjrt::Plugin::Load(config_.plugin_path);
   const char* quiet = std::getenv("TORCH_TPU_QUIET");
@@ -234,6 +235,12 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
     const char* value = std::getenv(name);
     disk_key_options_ += std::string(1, '\0') + name + "=" + (value ? value : "");
   }
+  // Quick compiles: LLVM at -O0 without its expensive passes (XLA's HLO passes still run).
+  // On the XLA CPU plugin this cuts a small program's compile by more than half.
+  quick_compile_options_ = compile_options_;
+  pjrt::AppendOptionOverride(quick_compile_options_, "xla_backend_optimization_level", int64_t{0});
+  pjrt::AppendOptionOverride(quick_compile_options_, "xla_llvm_disable_expensive_passes", true);
+  quick_disk_key_options_ = disk_key_options_ + std::string(1, '\0') + quick_compile_options_;
   if (!DumpDir().empty())
     dump_platform_ = client_->platform_name() + " " + client_->platform_version() + ", PJRT API " +
                      std::to_string(plugin->api_major()) + "." + std::to_string(plugin->api_minor()) + ", plugin " +
@@ -315,10 +322,13 @@ void Runtime::CheckProgramLimit() {
 }
 
 std::string Runtime::Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
-                          bool from_disk, const std::string& disk_key) {
+                          bool from_disk, const std::string& disk_key, Effort effort) {
   if (DumpDir().empty()) return "";
-  DumpRecord record{op_name, detail, from_disk, dump_platform_, compile_options_,
-                    disk_key.empty() && !cache_dir_.empty() ? DiskCacheKey(module_text, disk_key_options_) : disk_key};
+  bool quick = effort == Effort::kQuick;
+  DumpRecord record{op_name, detail, from_disk, dump_platform_, quick ? quick_compile_options_ : compile_options_,
+                    disk_key.empty() && !cache_dir_.empty()
+                        ? DiskCacheKey(module_text, quick ? quick_disk_key_options_ : disk_key_options_)
+                        : disk_key};
   return DumpProgram(record, module_text);
 }
 
@@ -328,17 +338,22 @@ std::string Runtime::DumpWithOptions(const std::string& module_text, const std::
   return DumpProgram(DumpRecord{name, "", false, dump_platform_, compile_options, ""}, module_text);
 }
 
-pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::string& op_name,
-                                    const std::string& detail) {
-  std::string key;
-  return Cached(module_text, op_name, detail, &key);
+std::string Runtime::MemoryKey(const std::string& module_text, Effort effort) {
+  return effort == Effort::kQuick ? "// quick\n" + module_text : module_text;
 }
 
 pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::string& op_name,
-                                    const std::string& detail, std::string* disk_key) {
+                                    const std::string& detail) {
+  std::string key;
+  return Cached(module_text, op_name, detail, &key, Effort::kFull);
+}
+
+pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::string& op_name,
+                                    const std::string& detail, std::string* disk_key, Effort effort) {
+  const std::string memory_key = MemoryKey(module_text, effort);
   {
     std::lock_guard<std::mutex> lock(cache_mu_);
-    auto it = executables_.find(module_text);
+    auto it = executables_.find(memory_key);
     if (it != executables_.end()) {
       GetMetrics().compile_cache_hits++;
       if (profiler::Recording()) RecordCompile(op_name, "memory", profiler::NowNs(), KeyOfLocked(it->second.get()));
@@ -346,7 +361,7 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
     }
   }
   if (cache_dir_.empty()) return nullptr;
-  *disk_key = DiskCacheKey(module_text, disk_key_options_);
+  *disk_key = DiskCacheKey(module_text, effort == Effort::kQuick ? quick_disk_key_options_ : disk_key_options_);
   const std::string& key = *disk_key;
   auto start = std::chrono::steady_clock::now();
   int64_t start_ns = profiler::Recording() ? profiler::NowNs() : 0;
@@ -359,27 +374,28 @@ pjrt::ExecutablePtr Runtime::Cached(const std::string& module_text, const std::s
   m.disk_cache_hits++;
   m.disk_load_time_us +=
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/true, key);
+  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/true, key, effort);
   int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/true);
   if (start_ns != 0) RecordCompile(op_name, "disk", start_ns, key);
   std::lock_guard<std::mutex> lock(cache_mu_);
-  const pjrt::ExecutablePtr& kept = executables_.emplace(module_text, exe).first->second;
+  const pjrt::ExecutablePtr& kept = executables_.emplace(memory_key, exe).first->second;
   keys_.emplace(kept.get(), key);
   TrackTpuTargetRuns(kept.get(), logged);
   return kept;
 }
 
 pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::string& op_name, bool notice,
-                                     const std::string& detail) {
+                                     const std::string& detail, Effort effort) {
   std::string key;
-  if (pjrt::ExecutablePtr exe = Cached(module_text, op_name, detail, &key)) return exe;
+  if (pjrt::ExecutablePtr exe = Cached(module_text, op_name, detail, &key, effort)) return exe;
   Metrics& m = GetMetrics();
   std::promise<pjrt::ExecutablePtr> compiled;
+  const std::string memory_key = MemoryKey(module_text, effort);
   {
     std::unique_lock<std::mutex> lock(cache_mu_);
-    auto done = executables_.find(module_text);  // finished since Cached looked
+    auto done = executables_.find(memory_key);  // finished since Cached looked
     if (done != executables_.end()) return done->second;
-    auto running = compiling_.find(module_text);
+    auto running = compiling_.find(memory_key);
     if (running != compiling_.end()) {
       std::shared_future<pjrt::ExecutablePtr> other = running->second;
       lock.unlock();
@@ -391,16 +407,16 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
       wait.Arg("cache", "compiling on another thread");
       return other.get();
     }
-    compiling_.emplace(module_text, compiled.get_future().share());
+    compiling_.emplace(memory_key, compiled.get_future().share());
   }
   // Whatever happens below, waiters get this thread's result, and the entry goes.
   auto finish = [&](pjrt::ExecutablePtr exe, std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(cache_mu_);
     if (exe) {
-      exe = executables_.emplace(module_text, exe).first->second;
+      exe = executables_.emplace(memory_key, exe).first->second;
       keys_.emplace(exe.get(), key.empty() ? TextKey(module_text) : key);
     }
-    compiling_.erase(module_text);
+    compiling_.erase(memory_key);
     if (error) {
       compiled.set_exception(error);
     } else {
@@ -409,7 +425,7 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
     return exe;
   };
   try {
-    return finish(CompileUncached(module_text, op_name, notice, detail, key), nullptr);
+    return finish(CompileUncached(module_text, op_name, notice, detail, key, effort), nullptr);
   } catch (...) {
     finish(nullptr, std::current_exception());
     throw;
@@ -417,11 +433,11 @@ pjrt::ExecutablePtr Runtime::Compile(const std::string& module_text, const std::
 }
 
 pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, const std::string& op_name, bool notice,
-                                             const std::string& detail, const std::string& key) {
+                                             const std::string& detail, const std::string& key, Effort effort) {
   Metrics& m = GetMetrics();
   if (!key.empty()) m.disk_cache_misses++;
   CheckProgramLimit();
-  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key);
+  std::string dumped = Dump(module_text, op_name, detail, /*from_disk=*/false, key, effort);
   int64_t logged = LogForTpuTarget(op_name, module_text, dumped, /*from_disk=*/false);
   auto start = std::chrono::steady_clock::now();
   int64_t start_ns = profiler::Recording() ? profiler::NowNs() : 0;
@@ -429,7 +445,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   std::optional<CompileNotice> waiting;
   if (notice) waiting.emplace(op_name, cache_dir_);
   try {
-    exe = client_->Compile(module_text, compile_options_);
+    exe = client_->Compile(module_text, effort == Effort::kQuick ? quick_compile_options_ : compile_options_);
   } catch (const pjrt::Error& e) {
     DumpCompileEnd(dumped, MicrosecondsSince(start), e.what());
     throw pjrt::Error("compiling " + op_name + " failed: " + e.what() + "\n" + module_text, e.code());
@@ -446,6 +462,7 @@ pjrt::ExecutablePtr Runtime::CompileUncached(const std::string& module_text, con
   }
   int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
   m.programs_compiled++;
+  if (effort == Effort::kQuick) m.programs_compiled_quick++;
   m.compile_time_us += us;
   if (start_ns != 0) RecordCompile(op_name, "miss", start_ns, key.empty() ? TextKey(module_text) : key);
   if (us > m.slowest_compile_us) {

@@ -17,6 +17,7 @@
 
 #include "../pjrt/pjrt.h"
 #include "../stablehlo/builder.h"
+#include "compile_effort.h"
 #include "device_checks.h"
 
 namespace tpu::runtime {
@@ -117,8 +118,12 @@ class Runtime {
   // (TORCH_TPU_DUMP_DIR, dump.h), as does `op_name`. A module another thread is compiling
   // (a compiled graph's program compiled ahead of its first run, a fused graph's background
   // compile) is waited for, not compiled a second time; its failure is rethrown here too.
+  // `effort`: kQuick compiles with the compiler's optimisation effort lowered, for programs
+  // that mostly run a few times and give the same values either way (compile_effort.h). Both
+  // kinds are kept apart in memory and on disk.
+  using Effort = runtime::Effort;
   pjrt::ExecutablePtr Compile(const std::string& module_text, const std::string& op_name, bool notice = true,
-                              const std::string& detail = "");
+                              const std::string& detail = "", Effort effort = Effort::kFull);
   // The executable of a module compiled before (memory cache, then disk cache); null if none.
   pjrt::ExecutablePtr Cached(const std::string& module_text, const std::string& op_name = "",
                              const std::string& detail = "");
@@ -187,21 +192,25 @@ class Runtime {
   // Cached, setting *disk_key when it hashed the module for the disk cache: Compile reuses the
   // key instead of hashing the module text a second time.
   pjrt::ExecutablePtr Cached(const std::string& module_text, const std::string& op_name, const std::string& detail,
-                             std::string* disk_key);
+                             std::string* disk_key, Effort effort);
   // Compile's work once no cache holds the module and no other thread compiles it.
   pjrt::ExecutablePtr CompileUncached(const std::string& module_text, const std::string& op_name, bool notice,
-                                      const std::string& detail, const std::string& disk_key);
+                                      const std::string& detail, const std::string& disk_key, Effort effort);
+  // The memory cache's key: the module text, marked for a quick compile.
+  static std::string MemoryKey(const std::string& module_text, Effort effort);
   // Writes the module to TORCH_TPU_DUMP_DIR when set (dump.h); returns the file ("" if none).
   std::string Dump(const std::string& module_text, const std::string& op_name, const std::string& detail,
-                   bool from_disk, const std::string& disk_key);
-  size_t MappingsInUse();
+                   bool from_disk, const std::string& disk_key, Effort effort);
+  size_t MappingsInUse();    // this process's memory mappings, recounted at adaptive intervals
   std::string KeyOfLocked(const pjrt::Executable* exe) const;  // cache_mu_ held
   // A compile event (profiler_events.h): `cache` is "miss", "disk" or "memory".
-  static void RecordCompile(const std::string& op_name, const char* cache, int64_t start_ns, const std::string& key);    // this process's memory mappings, recounted at adaptive intervals
+  static void RecordCompile(const std::string& op_name, const char* cache, int64_t start_ns, const std::string& key);
   RuntimeConfig config_;
   std::unique_ptr<pjrt::Client> client_;
   std::string compile_options_;
   std::string disk_key_options_;  // compile options and the compiler flags read from the environment
+  std::string quick_compile_options_;  // compile_options_ with lowered optimisation effort
+  std::string quick_disk_key_options_;
   std::string dump_platform_;     // the platform line of dump headers
   std::string cache_dir_;
   size_t max_programs_ = static_cast<size_t>(-1);  // TORCH_TPU_MAX_PROGRAMS
