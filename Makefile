@@ -73,15 +73,20 @@ cpp-test: $(DEPS) /usr/include/gtest/gtest.h
 
 # The whole suite runs in strict eager mode and again in the default (fused) mode, each pass on
 # TEST_WORKERS pytest-xdist workers (default: the cores; 0 runs in this process). Tests marked
-# `mode_independent` run in the strict pass only (tests/conftest.py). Both passes share one disk cache of compiled programs on purpose,
-# $(TEST_CACHE) unless TORCH_TPU_CACHE_DIR is set: the fused pass loads what the strict pass
-# compiled, and tests of cold behaviour use empty folders of their own. Each part prints its time
-# ([time] lines); each pass writes its tests' times to build/test-times-<mode>.json.
+# `mode_independent` run in the strict pass only (tests/conftest.py).
+# Compiled programs are shared on purpose through one disk cache, $(TEST_CACHE) (unless
+# TORCH_TPU_CACHE_DIR is set): the fused pass loads what the strict pass compiled, the PyTorch 2.11
+# part of .ci/run what both did (a program's key is its text and compile options, not the
+# release), and a later run on the same machine what earlier ones did, as a developer's own cache
+# would. It lies outside the clone, so a fresh clone on a used machine starts warm; on a new
+# machine the first run compiles everything (README of bench/ and issue 51 give both times). Tests
+# of cold behaviour use empty folders of their own. Each part prints its time ([time] lines);
+# each pass writes its tests' times to build/test-times-<mode>.json.
 # The whole suite in one process compiles thousands of programs, and XLA's CPU JIT keeps three
 # memory mappings per kernel for the life of the process: the kernel's default
 # vm.max_map_count (65530) ran out at about 6,800 programs. As root, raise it first.
 TEST_WORKERS ?= $(shell nproc)
-TEST_CACHE ?= $(abspath build/test-cache)
+TEST_CACHE ?= $(HOME)/.cache/torch_tpu-test
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load)
 # $(call timed,label,command): runs command, then prints "[time] label: N s" (and keeps its status).
 timed = @s=$$(date +%s); $(2); rc=$$?; echo "[time] $(1): $$(( $$(date +%s) - s )) s"; exit $$rc
