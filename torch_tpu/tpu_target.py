@@ -323,12 +323,14 @@ def report(wait=True, clear=False):
     tpu_custom_call). ``wait``: first compiles every program still queued."""
     if wait and topologies():
         from . import _C
-        with _takes:
-            started = _takes_started
         with _work_lock:
             _process(_C._tpu_target_take(0))
-        # A batch the drain thread took before this call is reported too: wait for the take in
-        # progress (at most its 0.2 s wait, plus that batch's compiles) to finish.
+        # What this take found no more, a take of the drain thread has: one counted by now (it
+        # counts itself before it takes). Wait for those takes (at most a 0.2 s wait, plus that
+        # batch's compiles) to finish. Read before the take, the count missed a take that began
+        # between the two and took the last programs.
+        with _takes:
+            started = _takes_started
         if _thread is not None and _thread is not threading.current_thread():
             with _takes:
                 _takes.wait_for(lambda: _takes_finished >= started or _stopping.is_set())
