@@ -5,7 +5,10 @@ vocab 512) and Qwen2 of the same size. Workloads, each warmed up on a spread of 
 then run on lengths never seen before:
   gen-dynamic  generate() with the default cache (DynamicCache), greedy, fused eager mode
   gen-static   the same with cache_implementation="static"
-  train        AdamW steps on batches of 4 padded to the longest sequence (attention mask)
+  train        AdamW steps on batches of 4 padded to the longest sequence (attention mask), in a
+               plain training loop
+  trainer      the same batches through transformers.Trainer (one step per length; its collator
+               pads to the longest sequence, as DataCollatorWithPadding does)
   compiled-fwd the Llama forward under torch.compile(backend="tpu") (Dynamo's automatic dynamic)
   compiled-train a compiled loss (forward, cross entropy) with its backward and an AdamW step
 Per workload: programs compiled per new length (torch_tpu.metrics(): programs_compiled), bucket
@@ -37,7 +40,11 @@ import torch_tpu  # noqa: E402
 import torch_tpu.buckets  # noqa: E402
 
 VOCAB = 512
-WORKLOADS = ["gen-dynamic", "gen-static", "train", "compiled-fwd", "compiled-train"]
+WORKLOADS = ["gen-dynamic", "gen-static", "train", "trainer", "compiled-fwd", "compiled-train"]
+# Bucketed by torch_tpu (torch_tpu/transformers_buckets.py at generate(), the Trainer and a causal
+# LM's training call; torch_tpu/compile/bucketing.py under torch.compile): they warm up on the
+# buckets, as a server warmed on its buckets would. TORCH_TPU_BUCKETS=0 gives the exact baseline.
+BUCKETED = ("gen-dynamic", "gen-static", "train", "trainer", "compiled-fwd", "compiled-train")
 
 
 def tiny(family):
@@ -93,21 +100,20 @@ class Workload:
     def run(self, device, length):
         if self.name.startswith("gen"):
             m = self.model(device).eval()
-            ids = ids_of(length).to(device)
+            # Prompt and mask made on the host and copied, as a tokenizer's output is.
+            ids = ids_of(length)
+            mask = torch.ones_like(ids).to(device)
+            ids = ids.to(device)
             extra = {"cache_implementation": "static"} if self.name == "gen-static" else {}
             with torch.no_grad():
-                out = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.new_tokens,
+                out = m.generate(ids, attention_mask=mask, max_new_tokens=self.new_tokens,
                                  min_new_tokens=self.new_tokens, do_sample=False, pad_token_id=0, **extra)
             return out.cpu().tolist()
+        if self.name == "trainer":
+            return self.trainer_step(device, length)
         if self.name == "train":
             m, opt = self.model(device)
-            lengths = [length, max(1, length - 3), max(1, length // 2), max(1, length - 1)]
-            ids = torch.zeros(4, length, dtype=torch.long)
-            mask = torch.zeros(4, length, dtype=torch.long)
-            for row, n in enumerate(lengths):
-                ids[row, :n] = ids_of(n, seed=row)[0]
-                mask[row, :n] = 1
-            labels = ids.masked_fill(mask == 0, -100)
+            ids, mask, labels = padded_batch(length)
             out = m(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device))
             out.loss.backward()
             opt.step()
@@ -133,6 +139,51 @@ class Workload:
         raise ValueError(self.name)
 
 
+    def trainer_step(self, device, length):
+        """One Trainer step on one batch of four sequences, padded by the collator to the longest."""
+        import transformers
+
+        if device not in self.models:
+            m = tiny(self.family)
+            # One optimizer across the runs, as one Trainer.train() over many batches would have:
+            # a fresh AdamW per step would move every weight by lr * sign(grad) at each step,
+            # where CPU and device disagree on the sign of gradients near zero.
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3) if device == "cpu" else None
+            self.models[device] = [m, opt]
+        rows = [length, max(1, length - 3), max(1, length // 2), max(1, length - 1)]
+        data = [{"input_ids": ids_of(n, seed=row)[0]} for row, n in enumerate(rows)]
+
+        def collate(features):
+            ids, mask, labels = padded_batch(max(len(f["input_ids"]) for f in features),
+                                             [len(f["input_ids"]) for f in features])
+            return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+        args = transformers.TrainingArguments(
+            output_dir=tempfile.mkdtemp(prefix="shapes_trainer_"), per_device_train_batch_size=4, max_steps=1,
+            learning_rate=1e-3, report_to=[], use_cpu=device == "cpu", save_strategy="no", logging_steps=1,
+            dataloader_pin_memory=False, seed=0, disable_tqdm=True, log_level="error")
+        model, opt = self.models[device]
+        if opt is None:  # the parameters are on the device once the first Trainer has moved them
+            model.to(device)
+            opt = self.models[device][1] = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        constant = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=collate,
+                                       optimizers=(opt, constant))
+        trainer.train()
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def padded_batch(length, rows=None):
+    """Four sequences padded on the right to `length`: ids, attention mask, labels (-100 on padding)."""
+    rows = rows or [length, max(1, length - 3), max(1, length // 2), max(1, length - 1)]
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    mask = torch.zeros(len(rows), length, dtype=torch.long)
+    for row, n in enumerate(rows):
+        ids[row, :n] = ids_of(n, seed=row)[0]
+        mask[row, :n] = 1
+    return ids, mask, ids.masked_fill(mask == 0, -100)
+
+
 def compare(name, cpu, tpu):
     """(equal tokens?, largest relative difference of losses)."""
     if name.startswith("gen"):
@@ -145,14 +196,17 @@ def compare(name, cpu, tpu):
 
 
 def lengths_for(quick, new, name):
-    """(warm-up lengths, new lengths). The compiled workloads also warm up on one length in each
-    default bucket (torch_tpu.buckets) up to the largest new length, so that a new length after
-    warm-up meets a bucket already seen, as a server warmed up on its buckets would."""
+    """(warm-up lengths, new lengths). The bucketed workloads also warm up on three lengths in
+    each default bucket (torch_tpu.buckets) up to the largest new length, so that a new length
+    after warm-up meets a bucket already seen, as a server warmed up on its buckets would. Three:
+    fused mode compiles a graph whole when it repeats (the second length of a bucket), and the
+    whole graph's results can come in other buffer layouts than the op-by-op path's, which the
+    programs that read them then meet once (the third)."""
     warm = [6, 20, 44, 90] if not quick else [6, 20, 44]
     top = 150 if not quick else 60
-    if name.startswith("compiled"):
+    if name in BUCKETED:
         edges = sorted({torch_tpu.buckets._default(n) for n in range(5, top)})
-        warm = sorted(set(warm) | {e - 1 for e in edges})
+        warm = sorted(set(warm) | {e - k for e in edges for k in (1, 2, 3)})
     rng = random.Random(47)
     pool = [n for n in range(5, top) if n not in warm]
     return warm, sorted(rng.sample(pool, new))

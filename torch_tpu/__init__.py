@@ -72,6 +72,9 @@ _other_accelerators.warn_if_gpu_present()
 
 # TORCH_TPU_ALSO_COMPILE_FOR=v5e:2x2: every program is also compiled for a TPU topology (tpu_target.py).
 from . import tpu_target  # noqa: E402
+from . import transformers_buckets as _transformers_buckets  # noqa: E402
+
+_transformers_buckets.install()  # prompt and batch buckets for Transformers (docs/buckets.md)
 tpu_target._enable_from_environment()
 
 

@@ -18,10 +18,14 @@ COUNTERS = {
     "bucket_programs": "graphs with symbolic sizes specialized to a bucket of their sizes (docs/buckets.md)",
     "bucket_exact_programs": "graphs with symbolic sizes specialized to exact sizes (an op not bucket-aware, or buckets off)",
     "bucket_pads": "inputs padded to their bucket before a bucketed program (a small program per size)",
+    "bucket_generate_calls": "Transformers generate() calls whose prompt was left-padded to its bucket",
+    "bucket_trainer_batches": "Trainer batches right-padded to their bucket",
+    "bucket_forward_calls": "causal LM training calls whose batch was right-padded to its bucket on the device",
 }
 KEYED = {
     "compile_recompile_reasons": "why Dynamo recompiled (its first failed guard)",
     "compile_eager_nodes_by_op": "FX nodes left to run eagerly, by op and reason",
+    "bucket_boundary_skips": "generate() calls and Trainer batches left exact where padding could change a result, by reason",
     "bucket_fallbacks_by_op": "bucket specializations that ran at exact sizes instead, by the op not bucket-aware",
 }
 
