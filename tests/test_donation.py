@@ -119,3 +119,34 @@ def test_tpu_cost_of_a_cache_slot_write_is_the_slot():
         tpu_target.disable()
     assert rows and all(r["ok"] for r in rows), rows
     assert max(r["bytes_accessed"] for r in rows) < 1e6, rows  # the cache is 16 MB
+
+
+_WEIGHT_UPDATED_IN_PLACE = textwrap.dedent("""
+    import torch, torch_tpu
+    torch.manual_seed(0)
+    wrong = 0
+    for rows in (152, 160, 256):
+        w, x = torch.randn(512, 128), torch.randn(rows, 512)
+        wt, xt = w.to("tpu"), x.to("tpu")
+        for _ in range(4):
+            wrong += not torch.allclose((xt @ wt).cpu(), x @ w, rtol=1e-4, atol=1e-4)
+            g = torch.randn(512, 128)
+            w.add_(g, alpha=-0.5)
+            with torch.no_grad():
+                wt.add_(g.to("tpu"), alpha=-0.5)
+    print("wrong", wrong, "donated", torch_tpu.metrics()["donated_buffers"])
+""")
+
+
+def test_a_matmul_reads_a_weight_updated_in_place(tmp_path):
+    """A donated in-place update changes a weight's memory at the same address. The XLA CPU
+    plugin's XNNPACK dots kept their packing of an operand by address and read the old weight
+    (an optimizer step followed by a forward gave gradients off by up to 50%), in executables
+    compiled in the process (not in those loaded from the disk cache): a fresh process with an
+    empty cache. The CPU plugin compiles without XNNPACK; TORCH_TPU_CPU_XNNPACK=1 brings it and
+    this error back (9 of 12 products wrong here, 2026-12-08)."""
+    r = run_python(_WEIGHT_UPDATED_IN_PLACE, env={"TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    wrong, donations = re.search(r"wrong (\d+) donated (\d+)", r.stdout).groups()
+    assert int(donations) >= 9  # the updates were donated, as in an optimizer step
+    assert int(wrong) == 0, r.stdout

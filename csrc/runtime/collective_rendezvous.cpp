@@ -204,7 +204,8 @@ pjrt::ExecutablePtr CollectiveExecutable(const std::string& module_text, const s
   if (it != executables.end()) return it->second;
   Runtime& rt = Runtime::Get();
   const std::string name = "collective " + description;
-  const std::string options = pjrt::ReplicatedCompileOptions(device_ids);
+  std::string options = pjrt::ReplicatedCompileOptions(device_ids);
+  rt.AddPlatformOverrides(options);
   const std::string dumped = rt.DumpWithOptions(module_text, name, options);
   auto start = std::chrono::steady_clock::now();
   profiler::Scope compile(profiler::Kind::Compile, "tpu compile: collective");

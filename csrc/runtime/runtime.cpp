@@ -228,6 +228,7 @@ Runtime::Runtime(const RuntimeConfig& config) : config_(config) {
   }
   client_ = std::make_unique<pjrt::Client>(plugin, client_options);
   compile_options_ = pjrt::PortableCompileOptions();
+  AddPlatformOverrides(compile_options_);
   // Plugins read compiler flags from the environment too (XLA_FLAGS; libtpu's
   // LIBTPU_INIT_ARGS): an executable compiled under other flags is another program on disk.
   disk_key_options_ = compile_options_;
@@ -551,6 +552,16 @@ std::string Runtime::Label::Describe() const {
   if (fused_ops == 0) return program->name;
   return "fused graph of " + std::to_string(fused_ops) + (fused_ops > 1 ? " ops" : " op") + " ending in " +
          program->name;
+}
+
+void Runtime::AddPlatformOverrides(std::string& options) const {
+  // XLA CPU's XNNPACK dots keep operands they have packed, keyed by the buffer's address, as
+  // if a parameter's memory never changed. A donated in-place write (an optimizer step on a
+  // weight) changes it at the same address, and a later dot read the stale packing: gradients
+  // off by up to 50% (tests/test_donation.py). Its Eigen dots read the memory.
+  // TORCH_TPU_CPU_XNNPACK=1 keeps XNNPACK (to compare speed, or to see the bug).
+  if (client_->platform_name() == "cpu" && EnvInt("TORCH_TPU_CPU_XNNPACK", 0, 1).value_or(0) == 0)
+    pjrt::AppendOptionOverride(options, "xla_cpu_use_xnnpack", false);
 }
 
 std::vector<pjrt::BufferPtr> Runtime::Execute(const pjrt::Executable& exe, int device,

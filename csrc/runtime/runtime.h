@@ -181,6 +181,8 @@ class Runtime {
   TpuStorage* LookupContaining(uintptr_t address, int64_t* byte_offset);
   void ForEachStorage(const std::function<void(TpuStorage*)>& fn);
 
+  // Appends the compiler options every program of this platform needs (runtime.cpp says why).
+  void AddPlatformOverrides(std::string& options) const;
   // Writes a program compiled with `compile_options` outside the runtime's caches (a collective
   // replicated over several devices) to TORCH_TPU_DUMP_DIR when set; returns the file ("" if none).
   std::string DumpWithOptions(const std::string& module_text, const std::string& name,
