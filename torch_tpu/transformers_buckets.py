@@ -12,7 +12,8 @@ understands: masked positions.
   sequences drop the added columns: their shape and tokens are those of the unpadded call.
   Every decode step then has the bucket's shapes, shared by every prompt length of the bucket.
 - `Trainer.training_step`: a batch is right-padded to its bucket (input ids with the pad token,
-  attention mask 0, labels -100), as `DataCollatorWithPadding(pad_to_multiple_of=...)` would.
+  attention mask 0, labels -100), as `DataCollatorWithPadding(pad_to_multiple_of=...)` would; on
+  the device when accelerate's dataloader has already moved it there (a pad program per length).
   The loss counts only labelled tokens, so it is unchanged.
 
 Both start when a second length is seen by the same model or trainer: a workload of one length
@@ -235,7 +236,8 @@ def _pad_batch(trainer, inputs, n, padded_n):
     padded = dict(inputs)
     for key, value in inputs.items():
         if key in fills and isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[1] == n:
-            # On the host when the collator left it there: the copy to the device is then whole.
+            # Where the batch is: on the host, the copy to the device is then whole; on the device
+            # (accelerate's dataloader moved it), a small pad program per new length.
             extra = torch.full((value.shape[0], padded_n - n), fills[key], dtype=value.dtype, device=value.device)
             padded[key] = torch.cat([value, extra], dim=1)
     if "attention_mask" not in padded:
