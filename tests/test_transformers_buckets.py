@@ -65,6 +65,14 @@ def test_max_length_and_a_left_padded_batch_keep_their_meaning(models):
     assert metrics()["bucket_generate_calls"] - before["bucket_generate_calls"] == 1
     assert got.shape == want.shape == (2, 17)  # max_length counts the real prompt, not the added columns
     assert torch.equal(got.cpu(), want)
+    # A GenerationConfig given by keyword reaches the padded call.
+    config = transformers.GenerationConfig(max_new_tokens=3, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        before = metrics()
+        want = cpu.generate(prompt(10), generation_config=config)
+        got = tpu.generate(prompt(10).to("tpu"), generation_config=config)
+    assert metrics()["bucket_generate_calls"] - before["bucket_generate_calls"] == 1
+    assert got.shape == want.shape == (1, 13) and torch.equal(got.cpu(), want)
 
 
 def test_sampling_draws_what_exact_shapes_draw(models, monkeypatch):

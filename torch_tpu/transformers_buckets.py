@@ -64,6 +64,27 @@ def _skip(reason):
     return None
 
 
+def _token_id(config, names=("pad_token_id", "eos_token_id", "bos_token_id")):
+    """The first of `names` that `config` sets, as an int (a list or tensor gives its first); 0
+    if none: the padding it fills is masked, so any id serves."""
+    for name in names:
+        t = getattr(config, name, None)
+        if isinstance(t, (list, tuple)):
+            t = t[0] if t else None
+        if isinstance(t, torch.Tensor):
+            t = int(t.reshape(-1)[0])
+        if t is not None:
+            return int(t)
+    return 0
+
+
+def _pad_last_dim(t, padded_n, fill, left=False):
+    """`t` padded along its last dim to `padded_n` with `fill`: one constant_pad_nd, whose fill is
+    a run-time scalar, so every padded key of a length shares its program."""
+    extra = padded_n - t.shape[-1]
+    return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=fill)
+
+
 # generate() arguments under which padding the prompt could change the result: they read the
 # prompt's tokens, stream them, or bring their own cache or positions.
 _GENERATE_ARGS_THAT_READ_THE_PROMPT = (
@@ -138,9 +159,8 @@ def _generate_plan(model, args, kwargs):
         return None  # already a bucket size: nothing to add
     # Lengths counted from the prompt become counts of new tokens, which padding leaves alone.
     call = dict(kwargs)
-    call.pop("inputs", None)
-    call.pop("input_ids", None)
-    call.pop("attention_mask", None)
+    for name in ("inputs", "input_ids", "attention_mask", "generation_config"):
+        call.pop(name, None)
     new_tokens = _setting(gen_config, kwargs, "max_new_tokens")
     if new_tokens is None:
         max_length = _setting(gen_config, kwargs, "max_length")
@@ -157,18 +177,6 @@ def _generate_plan(model, args, kwargs):
     return ids, mask, padded_n, gen_config, call
 
 
-def _pad_token(gen_config):
-    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
-        t = getattr(gen_config, name, None)
-        if isinstance(t, (list, tuple)):
-            t = t[0] if t else None
-        if isinstance(t, torch.Tensor):
-            t = int(t.reshape(-1)[0])
-        if t is not None:
-            return int(t)
-    return 0
-
-
 def _generate(original, self, *args, **kwargs):
     plan = _generate_plan(self, args, kwargs)
     if plan is None:
@@ -176,13 +184,12 @@ def _generate(original, self, *args, **kwargs):
     ids, mask, padded_n, gen_config, call = plan
     n = ids.shape[1]
     # Padded on the host and copied whole: a pad on the device would be a program per length.
-    ids_cpu = ids.cpu()
-    mask_cpu = mask.cpu() if mask is not None else torch.ones(ids_cpu.shape, dtype=torch.int64)
-    fill = torch.full((ids_cpu.shape[0], padded_n - n), _pad_token(gen_config), dtype=ids_cpu.dtype)
-    padded_ids = torch.cat([fill, ids_cpu], dim=1).to(ids.device)
-    padded_mask = torch.cat([torch.zeros(fill.shape, dtype=mask_cpu.dtype), mask_cpu], dim=1).to(ids.device)
+    mask_cpu = mask.cpu() if mask is not None else torch.ones(ids.shape, dtype=torch.int64)
+    padded_ids = _pad_last_dim(ids.cpu(), padded_n, _token_id(gen_config), left=True).to(ids.device)
+    padded_mask = _pad_last_dim(mask_cpu, padded_n, 0, left=True).to(ids.device)
     _stats.count("bucket_generate_calls")
-    out = original(self, padded_ids, args[1] if len(args) > 1 else None, attention_mask=padded_mask, **call)
+    user_config = args[1] if len(args) > 1 else kwargs.get("generation_config")
+    out = original(self, padded_ids, user_config, attention_mask=padded_mask, **call)
     if not isinstance(out, torch.Tensor):  # a settings combination _NEUTRAL_SETTINGS missed
         raise RuntimeError("torch_tpu: a bucketed generate() returned "
                            f"{type(out).__name__}; set TORCH_TPU_BUCKETS=0 and report this")
@@ -229,23 +236,18 @@ def _batch_plan(trainer, inputs):
 
 
 def _pad_batch(trainer, inputs, n, padded_n):
-    pad_id = getattr(trainer.model.config, "pad_token_id", None)
-    if isinstance(pad_id, (list, tuple)):
-        pad_id = pad_id[0] if pad_id else None
-    fills = dict(_BATCH_FILLS, input_ids=0 if pad_id is None else int(pad_id))
+    fills = dict(_BATCH_FILLS, input_ids=_token_id(trainer.model.config, ("pad_token_id",)))
     padded = dict(inputs)
-    for key, value in inputs.items():
-        if key in fills and isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[1] == n:
-            # Where the batch is: on the host, the copy to the device is then whole; on the device
-            # (accelerate's dataloader moved it), a small pad program per new length.
-            extra = torch.full((value.shape[0], padded_n - n), fills[key], dtype=value.dtype, device=value.device)
-            padded[key] = torch.cat([value, extra], dim=1)
     if "attention_mask" not in padded:
         # A causal LM needs no mask for its real tokens (they never see later positions), but
         # the mask tells the model the added positions are padding.
-        mask = torch.ones((inputs["input_ids"].shape[0], padded_n), dtype=torch.int64, device=inputs["input_ids"].device)
-        mask[:, n:] = 0
-        padded["attention_mask"] = mask
+        padded["attention_mask"] = torch.ones(inputs["input_ids"].shape, dtype=torch.int64,
+                                              device=inputs["input_ids"].device)
+    for key, value in padded.items():
+        if key in fills and isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[1] == n:
+            # Where the batch is: on the host, the copy to the device is then whole; on the device
+            # (accelerate's dataloader moved it), one pad program per new length.
+            padded[key] = _pad_last_dim(value, padded_n, fills[key])
     try:
         return type(inputs)(padded)  # a BatchEncoding stays one
     except Exception:  # noqa: BLE001 - a mapping type that takes no dict: a plain dict then
@@ -314,18 +316,17 @@ def _causal_lm_call(original, self, *args, **kwargs):
     call.pop("input_ids", None)
     if self.training and "use_cache" not in call:
         call["use_cache"] = False
-    pad_id = getattr(self.config, "pad_token_id", None)
-    pad_id = 0 if not isinstance(pad_id, int) else pad_id
+    pad_id = _token_id(self.config, ("pad_token_id",))
     fused = _C._get_eager_mode() == "fused"
     if fused:
         # The pads are the only programs of a new length: alone in their graph, they leave the
         # graphs before (an optimizer step) and after (forward, backward) keyed by the bucket.
         _C._run_pending_graph("bucket pad (transformers_buckets)")
-    call["input_ids"] = torch.nn.functional.pad(ids, (0, padded_n - n), value=pad_id)
+    call["input_ids"] = _pad_last_dim(ids, padded_n, pad_id)
     for key, fill in _FORWARD_FILLS.items():
         value = call.get(key)
         if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[-1] == n:
-            call[key] = torch.nn.functional.pad(value, (0, padded_n - n), value=fill)
+            call[key] = _pad_last_dim(value, padded_n, fill)
     if fused:
         _C._run_pending_graph("bucket pad (transformers_buckets)")
     _stats.count("bucket_forward_calls")
